@@ -1,0 +1,96 @@
+"""The model directory: its layout, atomic saving, and checked loading.
+
+A model directory holds `config.json` (every setting, the package version, the vocabulary hash),
+`tokenizer.model`, `model.keras` (Keras 3 architecture + weights), `history.csv` and
+`metrics.json`. It is written to a temporary sibling and renamed into place, so a crash never
+leaves a half-written directory that loads. Must not train.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import keras
+
+from chatbot.config import ChatbotConfig, __version__
+from chatbot.tokenizer import MODEL_FILE as TOKENIZER_FILE
+from chatbot.tokenizer import Tokenizer
+
+CONFIG_FILE = "config.json"
+MODEL_FILE = "model.keras"
+HISTORY_FILE = "history.csv"
+METRICS_FILE = "metrics.json"
+REQUIRED_FILES = (CONFIG_FILE, TOKENIZER_FILE, MODEL_FILE)
+
+
+class ArtifactError(ValueError):
+    """A model directory that is missing, incomplete or made by an incompatible version."""
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write to a temporary file beside `path`, then rename it over: readers see old or new, never half."""
+    path = Path(path)
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def save_model_dir(out_dir: str | Path, config: ChatbotConfig, tokenizer: Tokenizer, model: keras.Model,
+                   extra_files: dict[str, bytes] | None = None, overwrite: bool = False) -> Path:
+    """Write a complete model directory at `out_dir` atomically. An existing one is replaced only
+    with `overwrite=True`, and only after the new one is complete."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise ArtifactError(f"{out_dir} already exists; choose another --out or pass --overwrite")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
+    try:
+        (temp / CONFIG_FILE).write_text(config.to_json(), encoding="utf-8")
+        tokenizer.save(temp)
+        model.save(temp / MODEL_FILE)
+        for name, data in (extra_files or {}).items():
+            (temp / name).write_bytes(data)
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out_dir, old)
+            os.replace(temp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(temp, out_dir)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, Tokenizer, keras.Model]:
+    """Load and check a model directory: all files present, same major.minor version, the tokenizer
+    file matching the vocabulary hash in config.json. The model loads with Keras safe mode on."""
+    import chatbot.model  # noqa: F401  (registers the layers for deserialization)
+
+    path = Path(path)
+    if not path.is_dir():
+        raise ArtifactError(f"{path}: no model directory here (train one with `python -m chatbot train`)")
+    missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
+    if missing:
+        raise ArtifactError(f"{path}: not a complete model directory (missing {', '.join(missing)})")
+    config = ChatbotConfig.read(path / CONFIG_FILE)
+    if config.version.split(".")[:2] != __version__.split(".")[:2]:
+        raise ArtifactError(f"{path}: made by chatbot {config.version}, this is {__version__}; retrain it")
+    proto = (path / TOKENIZER_FILE).read_bytes()
+    if hashlib.sha256(proto).hexdigest() != config.tokenizer.vocab_hash:
+        raise ArtifactError(f"{path}: {TOKENIZER_FILE} does not match the vocabulary hash in {CONFIG_FILE}")
+    model = keras.saving.load_model(path / MODEL_FILE, compile=False, safe_mode=True)
+    return config, Tokenizer(proto), model

@@ -1,0 +1,130 @@
+"""Configuration dataclasses for every stage, and their JSON round trip.
+
+Owns: the hyperparameters and settings that describe a model directory. Must not import TensorFlow,
+so the CLI can parse arguments and print `--help` without loading it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__version__ = "0.1.0"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int = 8000
+    num_layers: int = 4
+    d_model: int = 128
+    num_heads: int = 4
+    dff: int = 512
+    dropout: float = 0.1
+    max_length: int = 40  # longest encoder input and decoder sequence, in tokens
+
+    def __post_init__(self):
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
+        for name in ("vocab_size", "num_layers", "d_model", "num_heads", "dff", "max_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    vocab_size: int = 8000  # a target: SentencePiece stops earlier on small data
+    vocab_hash: str = ""  # sha256 of the SentencePiece model, checked on load
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    path: str = ""
+    val_fraction: float = 0.1
+    seed: int = 42
+
+    def __post_init__(self):
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 50
+    batch_size: int = 64
+    warmup_steps: int = 4000
+    label_smoothing: float = 0.0
+    early_stopping: int = 0  # patience in epochs; 0 turns it off
+    mixed_precision: bool | None = None  # None: on when a GPU is present
+    xla: bool | None = None  # None: on when a GPU is present
+    strategy: str = "auto"  # auto | mirrored | multi-worker
+    seed: int = 42
+
+    def __post_init__(self):
+        if self.epochs < 1 or self.batch_size < 1 or self.warmup_steps < 1:
+            raise ValueError("epochs, batch_size and warmup_steps must be positive")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.strategy not in ("auto", "mirrored", "multi-worker"):
+            raise ValueError(f"unknown strategy {self.strategy!r}")
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """Decoding options, named as in other generation APIs."""
+
+    strategy: str = "greedy"  # greedy | beam | sample
+    max_new_tokens: int = 40
+    num_beams: int = 4
+    length_penalty: float = 1.0
+    temperature: float = 1.0
+    top_k: int = 0  # 0: no top-k filter
+    top_p: float = 1.0  # 1.0: no nucleus filter
+    repetition_penalty: float = 1.0  # 1.0: off
+    no_repeat_ngram_size: int = 0  # 0: off
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.strategy not in ("greedy", "beam", "sample"):
+            raise ValueError(f"strategy must be greedy, beam or sample, got {self.strategy!r}")
+        if self.max_new_tokens < 1 or self.num_beams < 1:
+            raise ValueError("max_new_tokens and num_beams must be positive")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be positive, got {self.temperature}")
+        if self.top_k < 0 or not 0.0 < self.top_p <= 1.0:
+            raise ValueError("top_k must be >= 0 and top_p in (0, 1]")
+        if self.repetition_penalty <= 0 or self.no_repeat_ngram_size < 0:
+            raise ValueError("repetition_penalty must be positive and no_repeat_ngram_size >= 0")
+
+
+@dataclass(frozen=True)
+class ChatbotConfig:
+    """Everything `config.json` in a model directory records."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    version: str = __version__
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), ensure_ascii=False, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ChatbotConfig":
+        raw = json.loads(text)
+
+        def section(section_cls, name):
+            known = {f.name for f in dataclasses.fields(section_cls)}
+            return section_cls(**{k: v for k, v in raw.get(name, {}).items() if k in known})
+
+        return cls(model=section(ModelConfig, "model"), tokenizer=section(TokenizerConfig, "tokenizer"),
+                   data=section(DataConfig, "data"), train=section(TrainConfig, "train"),
+                   version=raw.get("version", ""))
+
+    @classmethod
+    def read(cls, path: str | Path) -> "ChatbotConfig":
+        return cls.from_json(Path(path).read_text(encoding="utf-8"))

@@ -1,0 +1,168 @@
+"""Reading a Korean Q&A CSV into clean question/answer pairs.
+
+Owns: encoding detection (UTF-8, UTF-8 with BOM, cp949/euc-kr), column aliases, label cleanup,
+dropping and counting unusable rows, the deterministic split by question, and the data report.
+A user mistake raises `DataError` naming the file, the row and the reason.
+Must not know about token ids or tensors.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from chatbot.text import normalize
+
+ENCODINGS = ("utf-8-sig", "cp949")  # utf-8-sig also reads plain UTF-8; cp949 is a superset of euc-kr
+VALID_LABELS = (0, 1, 2)  # 0 everyday, 1 sad/breakup/negative, 2 love/positive
+COLUMN_ALIASES = {
+    "question": ("q", "question", "questions", "query", "input", "질문"),
+    "answer": ("a", "answer", "answers", "response", "reply", "output", "답변", "대답"),
+    "label": ("label", "labels", "tone", "라벨", "감정"),
+}
+
+
+class DataError(ValueError):
+    """A problem with the user's data, reported as `file[:row]: reason`."""
+
+    def __init__(self, path, reason: str, row: int | None = None):
+        self.path, self.reason, self.row = str(path), reason, row
+        where = self.path if row is None else f"{self.path}:{row}"
+        super().__init__(f"{where}: {reason}")
+
+
+@dataclass(frozen=True)
+class QAPair:
+    question: str
+    answer: str
+    label: int | None = None
+
+
+@dataclass
+class DataReport:
+    path: str
+    encoding: str = ""
+    rows_read: int = 0
+    used: int = 0
+    dropped_empty: list[int] = field(default_factory=list)  # CSV line numbers
+    dropped_duplicates: list[int] = field(default_factory=list)
+    labels_cleared: list[int] = field(default_factory=list)  # rows whose label was not 0/1/2
+    label_counts: dict = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        def rows(numbers):
+            shown = ", ".join(map(str, numbers[:5]))
+            return f" (rows {shown}{', ...' if len(numbers) > 5 else ''})" if numbers else ""
+
+        labels = ", ".join(f"{k}: {v}" for k, v in sorted(self.label_counts.items(), key=str))
+        return [
+            f"data: {self.path} ({self.encoding})",
+            f"  rows read            {self.rows_read}",
+            f"  pairs used           {self.used}",
+            f"  dropped, empty Q/A   {len(self.dropped_empty)}{rows(self.dropped_empty)}",
+            f"  dropped, duplicate   {len(self.dropped_duplicates)}{rows(self.dropped_duplicates)}",
+            f"  labels not 0/1/2     {len(self.labels_cleared)}{rows(self.labels_cleared)} (kept without label)",
+            f"  labels               {labels or 'none'}",
+        ]
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+
+def _decode(path: Path, raw: bytes) -> tuple[str, str]:
+    for encoding in ENCODINGS:
+        try:
+            return raw.decode(encoding), ("utf-8" if encoding == "utf-8-sig" and not raw.startswith(b"\xef\xbb\xbf")
+                                          else encoding)
+        except UnicodeDecodeError:
+            continue
+    raise DataError(path, "cannot decode the file as UTF-8 or cp949/euc-kr; save it as UTF-8 CSV")
+
+
+def _find_column(path: Path, columns: list[str], role: str, required: bool) -> str | None:
+    lowered = {str(c).strip().lower(): c for c in columns}
+    for alias in COLUMN_ALIASES[role]:
+        if alias in lowered:
+            return lowered[alias]
+    if required:
+        names = "/".join(COLUMN_ALIASES[role][:3])
+        raise DataError(path, f"no {role} column (expected one of {names}); found columns: {', '.join(map(str, columns))}", row=1)
+    return None
+
+
+def _clean_label(value) -> int | None:
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        return None
+    return int(number) if number.is_integer() and int(number) in VALID_LABELS else None
+
+
+def read_frame(path: str | Path) -> tuple[pd.DataFrame, str]:
+    """Read the CSV as strings with its encoding detected. Raises DataError for user mistakes."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "file not found" if not path.exists() else "not a file")
+    raw = path.read_bytes()
+    if not raw.strip():
+        raise DataError(path, "the file is empty")
+    text, encoding = _decode(path, raw)
+    try:
+        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=False)
+    except (pd.errors.ParserError, csv.Error) as error:
+        raise DataError(path, f"not a readable CSV ({str(error).strip().splitlines()[-1]})") from None
+    except pd.errors.EmptyDataError:
+        raise DataError(path, "the file has no header row") from None
+    return frame, encoding
+
+
+def load_pairs(path: str | Path) -> tuple[list[QAPair], DataReport]:
+    """Load clean, de-duplicated pairs and a report of what was dropped and why."""
+    frame, encoding = read_frame(path)
+    path = Path(path)
+    columns = list(frame.columns)
+    q_col = _find_column(path, columns, "question", required=True)
+    a_col = _find_column(path, columns, "answer", required=True)
+    label_col = _find_column(path, columns, "label", required=False)
+
+    report = DataReport(path=str(path), encoding=encoding, rows_read=len(frame))
+    pairs, seen = [], set()
+    labels = frame[label_col].tolist() if label_col is not None else [None] * len(frame)
+    for index, (question, answer, raw_label) in enumerate(zip(frame[q_col], frame[a_col], labels)):
+        line = index + 2  # the header is line 1
+        question, answer = normalize(question), normalize(answer)
+        if not question or not answer:
+            report.dropped_empty.append(line)
+            continue
+        if (question, answer) in seen:
+            report.dropped_duplicates.append(line)
+            continue
+        seen.add((question, answer))
+        label = None if raw_label is None else _clean_label(raw_label)
+        if raw_label is not None and label is None:
+            report.labels_cleared.append(line)
+        pairs.append(QAPair(question, answer, label))
+
+    report.used = len(pairs)
+    report.label_counts = dict(Counter("none" if p.label is None else p.label for p in pairs))
+    if not pairs:
+        raise DataError(path, f"no usable rows: all {report.rows_read} rows have an empty question or answer")
+    return pairs, report
+
+
+def split_by_question(pairs: list[QAPair], val_fraction: float, seed: int) -> tuple[list[QAPair], list[QAPair]]:
+    """Deterministic split in which all pairs of one question land on the same side."""
+    questions = sorted({p.question for p in pairs})
+    random.Random(seed).shuffle(questions)
+    n_val = int(round(len(questions) * val_fraction))
+    n_val = min(n_val, len(questions) - 1)  # always keep something to train on
+    held_out = set(questions[:n_val])
+    train = [p for p in pairs if p.question not in held_out]
+    val = [p for p in pairs if p.question in held_out]
+    return train, val

@@ -1,0 +1,86 @@
+"""Training objective and learning-rate schedule, all serializable.
+
+Owns: the masked cross-entropy averaged over real (non-pad) tokens with optional label
+smoothing, masked token accuracy, and the warmup schedule of "Attention Is All You Need".
+Must not know about data.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from chatbot.layers import register
+
+
+@register
+class MaskedSparseCrossEntropy(keras.losses.Loss):
+    """Cross-entropy of float32 logits against int targets, averaged over positions where target != 0.
+
+    Averaging over real tokens (not every position) keeps short answers from weighing less.
+    """
+
+    def __init__(self, label_smoothing=0.0, name="masked_cross_entropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.label_smoothing = label_smoothing
+
+    def call(self, y_true, y_pred):
+        y_true = ops.cast(y_true, "int32")
+        logits = ops.cast(y_pred, "float32")
+        if self.label_smoothing:
+            one_hot = ops.one_hot(y_true, ops.shape(logits)[-1])
+            per_token = keras.losses.categorical_crossentropy(one_hot, logits, from_logits=True,
+                                                              label_smoothing=self.label_smoothing)
+        else:
+            per_token = keras.losses.sparse_categorical_crossentropy(y_true, logits, from_logits=True)
+        mask = ops.cast(ops.not_equal(y_true, 0), "float32")
+        # A scalar: Keras' "sum_over_batch_size" reduction of a scalar leaves it unchanged.
+        return ops.sum(per_token * mask) / ops.maximum(ops.sum(mask), 1.0)
+
+    def get_config(self):
+        return {**super().get_config(), "label_smoothing": self.label_smoothing}
+
+
+@register
+class MaskedAccuracy(keras.metrics.Metric):
+    """Share of real (non-pad) target tokens whose arg-max prediction is right, over the epoch."""
+
+    def __init__(self, name="masked_accuracy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.correct = self.add_variable(shape=(), initializer="zeros", name="correct")
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = ops.cast(y_true, "int32")
+        mask = ops.not_equal(y_true, 0)
+        hits = ops.logical_and(mask, ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), y_true))
+        self.correct.assign_add(ops.sum(ops.cast(hits, "float32")))
+        self.total.assign_add(ops.sum(ops.cast(mask, "float32")))
+
+    def result(self):
+        return self.correct / ops.maximum(self.total, 1.0)
+
+    def reset_state(self):
+        self.correct.assign(0.0)
+        self.total.assign(0.0)
+
+
+@register
+class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """lr = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), with steps counted from 1."""
+
+    def __init__(self, d_model, warmup_steps=4000):
+        self.d_model, self.warmup_steps = d_model, warmup_steps
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32") + 1.0  # the optimizer counts from 0
+        return ops.rsqrt(ops.cast(self.d_model, "float32")) * ops.minimum(
+            ops.rsqrt(step), step * ops.cast(self.warmup_steps, "float32") ** -1.5)
+
+    def get_config(self):
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps}
+
+
+def transformer_optimizer(d_model, warmup_steps=4000) -> keras.optimizers.Adam:
+    """Adam(beta_1=0.9, beta_2=0.98, epsilon=1e-9) on the warmup schedule, as in the paper."""
+    return keras.optimizers.Adam(WarmupSchedule(d_model, warmup_steps), beta_1=0.9, beta_2=0.98, epsilon=1e-9)

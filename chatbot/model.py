@@ -1,0 +1,99 @@
+"""The encoder-decoder `Transformer` (Vaswani et al. 2017, post-LN) as one Keras 3 model.
+
+Owns: `call` for teacher-forced training, and the inference entry points `encode`,
+`init_cache` and `decode_step` that generation builds its compiled loops on.
+Must not do I/O.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from chatbot.config import ModelConfig
+from chatbot.layers import (DecoderLayer, EncoderLayer, PositionalEmbedding, causal_mask, padding_mask,
+                            register)
+
+
+@register
+class Transformer(keras.Model):
+    """Inputs `(encoder_inputs, decoder_inputs)`, int ids padded with 0, each (batch, <= max_length).
+    Returns float32 logits (batch, decoder_len, vocab_size)."""
+
+    def __init__(self, vocab_size, num_layers=4, d_model=128, num_heads=4, dff=512, dropout=0.1,
+                 max_length=40, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size, self.num_layers, self.d_model = vocab_size, num_layers, d_model
+        self.num_heads, self.dff, self.dropout, self.max_length = num_heads, dff, dropout, max_length
+        policy = self.dtype_policy
+        self.encoder_embedding = PositionalEmbedding(vocab_size, d_model, max_length, dtype=policy,
+                                                     name="encoder_embedding")
+        self.decoder_embedding = PositionalEmbedding(vocab_size, d_model, max_length, dtype=policy,
+                                                     name="decoder_embedding")
+        self.encoder_dropout = keras.layers.Dropout(dropout, dtype=policy)
+        self.decoder_dropout = keras.layers.Dropout(dropout, dtype=policy)
+        self.encoder_layers = [EncoderLayer(d_model, num_heads, dff, dropout, dtype=policy, name=f"encoder_{i}")
+                               for i in range(num_layers)]
+        self.decoder_layers = [DecoderLayer(d_model, num_heads, dff, dropout, dtype=policy, name=f"decoder_{i}")
+                               for i in range(num_layers)]
+        # Logits in float32 so the softmax and the loss stay exact under mixed precision.
+        self.final_dense = keras.layers.Dense(vocab_size, dtype="float32", name="logits")
+
+    @classmethod
+    def from_config_dataclass(cls, config: ModelConfig, **kwargs) -> "Transformer":
+        return cls(config.vocab_size, config.num_layers, config.d_model, config.num_heads, config.dff,
+                   config.dropout, config.max_length, **kwargs)
+
+    @property
+    def head_depth(self):
+        return self.d_model // self.num_heads
+
+    def encode(self, encoder_inputs, training=None):
+        """Ids (batch, src_len) -> memory (batch, src_len, d_model)."""
+        mask = padding_mask(encoder_inputs)
+        x = self.encoder_dropout(self.encoder_embedding(encoder_inputs), training=training)
+        for layer in self.encoder_layers:
+            x = layer(x, mask, training=training)
+        return x
+
+    def decode(self, decoder_inputs, memory, memory_mask, training=None, return_attention=False):
+        """Teacher-forced decoder over a whole target prefix -> logits (and per-layer cross-attention)."""
+        self_mask = causal_mask(decoder_inputs)
+        x = self.decoder_dropout(self.decoder_embedding(decoder_inputs), training=training)
+        attention = []
+        for layer in self.decoder_layers:
+            x, weights = layer(x, memory, self_mask, memory_mask, training=training)
+            attention.append(weights)
+        logits = self.final_dense(x)
+        return (logits, attention) if return_attention else logits
+
+    def call(self, inputs, training=None):
+        encoder_inputs, decoder_inputs = inputs
+        memory = self.encode(encoder_inputs, training=training)
+        return self.decode(decoder_inputs, memory, padding_mask(encoder_inputs), training=training)
+
+    def init_cache(self, memory, max_length=None):
+        """Empty self-attention cache (batch, layers, 2, max_length, heads, depth) and the
+        cross-attention keys/values of `memory` (batch, layers, 2, src_len, heads, depth)."""
+        batch = ops.shape(memory)[0]
+        self_cache = ops.zeros((batch, self.num_layers, 2, max_length or self.max_length, self.num_heads,
+                                self.head_depth), dtype=self.compute_dtype)
+        cross = [ops.stack(layer.cross_attention.project_key_value(memory), axis=1) for layer in self.decoder_layers]
+        return self_cache, ops.stack(cross, axis=1)
+
+    def decode_step(self, token_ids, index, self_cache, cross_cache, memory_mask, return_attention=False):
+        """One decoder position: token_ids (batch, 1) at `index` -> logits (batch, vocab), updated cache."""
+        x = self.decoder_embedding(token_ids, start=index)
+        layer_caches, attention = [], []
+        for i, layer in enumerate(self.decoder_layers):
+            x, weights, layer_cache = layer.step(x, index, self_cache[:, i], cross_cache[:, i], memory_mask)
+            layer_caches.append(layer_cache)
+            attention.append(weights)
+        logits = self.final_dense(x)[:, 0]
+        self_cache = ops.stack(layer_caches, axis=1)
+        return (logits, self_cache, attention) if return_attention else (logits, self_cache)
+
+    def get_config(self):
+        return {**super().get_config(), "vocab_size": self.vocab_size, "num_layers": self.num_layers,
+                "d_model": self.d_model, "num_heads": self.num_heads, "dff": self.dff,
+                "dropout": self.dropout, "max_length": self.max_length}

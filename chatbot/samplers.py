@@ -1,0 +1,103 @@
+"""Choosing the next token: logit processors and the greedy, sampling and beam samplers.
+
+Owns: special-token suppression, repetition penalty, no-repeat-n-gram blocking, and the
+samplers behind one contract, `next(logits, ...)`. Everything is a TensorFlow op on fixed shapes,
+so it runs inside the compiled decoding loop. Must not know about strings.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID
+
+NEG_INF = -1e9
+
+
+def suppress_special(logits):
+    """Replies may end (END) but never contain pad/start/unk or the reserved tokens."""
+    ids = tf.range(tf.shape(logits)[-1])
+    allowed = (ids >= NUM_SPECIAL) | (ids == END_ID)
+    return tf.where(allowed[None], logits, NEG_INF)
+
+
+def apply_repetition_penalty(logits, seen, penalty):
+    """CTRL-style: tokens already generated (`seen`, (batch, vocab) bool) get their logit divided
+    by `penalty` when positive and multiplied when negative. penalty == 1 changes nothing."""
+    penalised = tf.where(logits > 0, logits / penalty, logits * penalty)
+    return tf.where(seen, penalised, logits)
+
+
+def ban_repeated_ngrams(logits, tokens, index, n: int):
+    """Forbid any token that would repeat an n-gram already in `tokens[:, :index + 1]`.
+
+    `tokens` (batch, length) holds the start token and the reply so far; `index` is the position
+    of the last written token; `n` is static (a Python int), so each size compiles once.
+    """
+    if n <= 0:
+        return logits
+    length = tokens.shape[1]
+    windows = length - n + 1  # n-gram start positions j; the gram is tokens[j : j + n]
+    grams = tf.stack([tokens[:, k:k + windows] for k in range(n - 1)], axis=-1)  # (batch, windows, n-1)
+    followers = tokens[:, n - 1:]  # (batch, windows): the token completing each gram
+    prefix_at = tf.clip_by_value(index - (n - 2) + tf.range(n - 1), 0, length - 1)
+    prefix = tf.gather(tokens, prefix_at, axis=1)  # the last n-1 tokens
+    matches = tf.reduce_all(grams == prefix[:, None, :], axis=-1)
+    matches &= (tf.range(windows) <= index - n + 1)[None]  # only grams already complete
+    banned = tf.reduce_any(tf.one_hot(followers, tf.shape(logits)[-1], on_value=True, off_value=False)
+                           & matches[..., None], axis=1)
+    return tf.where(banned, NEG_INF, logits)
+
+
+def process_logits(logits, tokens, index, seen, repetition_penalty, no_repeat_ngram_size: int):
+    logits = suppress_special(logits)
+    logits = apply_repetition_penalty(logits, seen, repetition_penalty)
+    return ban_repeated_ngrams(logits, tokens, index, no_repeat_ngram_size)
+
+
+class GreedySampler:
+    """The most likely token."""
+
+    def next(self, logits, step, options):
+        return tf.argmax(logits, axis=-1, output_type=tf.int32)
+
+
+class TopKTopPSampler:
+    """Sample from softmax(logits / temperature) restricted to the `top_k` most likely tokens
+    (0 = all) and to the smallest set whose probability reaches `top_p` (1.0 = all).
+    `options.seed` and the step make the draw reproducible (stateless random ops)."""
+
+    def next(self, logits, step, options):
+        logits = logits / options.temperature
+        vocab = tf.shape(logits)[-1]
+        ordered = tf.sort(logits, axis=-1, direction="DESCENDING")
+        k = tf.where(options.top_k > 0, tf.minimum(options.top_k, vocab), vocab)
+        kth = tf.gather(ordered, k - 1, axis=-1)[:, None]
+        probs = tf.nn.softmax(ordered, axis=-1)
+        before = tf.cumsum(probs, axis=-1, exclusive=True)  # mass of strictly more likely tokens
+        kept = tf.reduce_sum(tf.cast(before < options.top_p, tf.int32), axis=-1)  # >= 1
+        pth = tf.gather(ordered, kept - 1, axis=-1, batch_dims=1)[:, None]
+        logits = tf.where((logits >= kth) & (logits >= pth), logits, NEG_INF)
+        seed = tf.stack([options.seed, tf.cast(step, tf.int32)])
+        return tf.cast(tf.random.stateless_categorical(logits, 1, seed)[:, 0], tf.int32)
+
+
+class BeamSampler:
+    """Keep the `num_beams` best partial replies by summed log-probability.
+
+    `next(log_probs (batch*beams, vocab), scores (batch, beams), finished (batch*beams,))` returns
+    the new scores, which old beam each new beam continues, and its token. A finished beam can
+    only be continued by padding at no cost, so it keeps its score and competes as it is.
+    """
+
+    def __init__(self, num_beams: int):
+        self.num_beams = num_beams
+
+    def next(self, log_probs, scores, finished):
+        vocab = tf.shape(log_probs)[-1]
+        only_pad = tf.where(tf.range(vocab)[None] == PAD_ID, 0.0, NEG_INF)
+        log_probs = tf.where(finished[:, None], only_pad, log_probs)
+        candidates = tf.reshape(scores, [-1])[:, None] + log_probs  # (batch*beams, vocab)
+        candidates = tf.reshape(candidates, [-1, self.num_beams * vocab])
+        scores, flat = tf.math.top_k(candidates, k=self.num_beams)
+        return scores, flat // vocab, flat % vocab

@@ -1,0 +1,173 @@
+"""Training: tokenizer, datasets, model, compile, callbacks, distribution, artifacts.
+
+Owns: one `train()` that turns clean pairs and a `ChatbotConfig` into a model directory.
+State of an unfinished run (tokenizer, backups, best weights, logs) lives in `<out>.training/`
+beside the output, so `resume=True` continues a killed run from its last completed epoch,
+optimizer included. Mixed precision and XLA are on by default when a GPU is present.
+Must not decode text.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import shutil
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from chatbot.artifacts import HISTORY_FILE, METRICS_FILE, ArtifactError, save_model_dir
+from chatbot.config import ChatbotConfig, TokenizerConfig
+from chatbot.data import QAPair, split_by_question
+from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy, transformer_optimizer
+from chatbot.model import Transformer
+from chatbot.pipeline import fits, make_dataset
+from chatbot.tokenizer import Tokenizer
+
+STATE_CONFIG = "run.json"  # the settings an interrupted run was started with
+
+
+def state_dir_for(out_dir: str | Path) -> Path:
+    out_dir = Path(out_dir)
+    return out_dir.with_name(out_dir.name + ".training")
+
+
+def has_gpu() -> bool:
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+def make_strategy(name: str) -> tf.distribute.Strategy:
+    """auto: the default (one device); mirrored: every GPU, else every logical CPU; multi-worker: TF_CONFIG."""
+    if name == "mirrored":
+        devices = [d.name for d in tf.config.list_logical_devices("GPU")]
+        return tf.distribute.MirroredStrategy(devices or [d.name for d in tf.config.list_logical_devices("CPU")])
+    if name == "multi-worker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    return tf.distribute.get_strategy()
+
+
+def _best_so_far(history_path: Path, monitor: str) -> float | None:
+    if not history_path.is_file():
+        return None
+    with history_path.open(encoding="utf-8") as file:
+        values = [float(row[monitor]) for row in csv.DictReader(file) if row.get(monitor)]
+    return min(values) if values else None
+
+
+def _prepare_state(state: Path, config: ChatbotConfig, train_pairs: list[QAPair], resume: bool) -> Tokenizer:
+    """Start a new run directory, or check that a resumed one was started with the same settings."""
+    settings = {k: v for k, v in dataclasses.asdict(config).items() if k in ("model", "data", "train")}
+    settings["train"].pop("epochs")  # a resumed run may ask for more epochs
+    if resume:
+        if not state.is_dir():
+            raise ArtifactError(f"nothing to resume: {state} does not exist")
+        saved = json.loads((state / STATE_CONFIG).read_text(encoding="utf-8"))
+        if saved != settings:
+            changed = sorted(f"{section}.{key}" for section in settings for key in settings[section]
+                             if saved.get(section, {}).get(key) != settings[section][key])
+            raise ArtifactError(f"--resume with different settings than the interrupted run: {', '.join(changed)}")
+        return Tokenizer.load(state)
+    if state.exists():
+        raise ArtifactError(f"an interrupted run is in {state}: pass --resume to continue it, or delete that folder")
+    texts = [p.question for p in train_pairs] + [p.answer for p in train_pairs]
+    tokenizer = Tokenizer.train(texts, config.tokenizer.vocab_size, seed=config.train.seed)
+    temp = state.with_name(state.name + ".new")
+    shutil.rmtree(temp, ignore_errors=True)
+    temp.mkdir(parents=True)
+    tokenizer.save(temp)
+    (temp / STATE_CONFIG).write_text(json.dumps(settings, indent=2), encoding="utf-8")
+    temp.rename(state)
+    return tokenizer
+
+
+def _dataset(tokenizer, pairs, config, shuffle):
+    questions = tokenizer.tokenize([p.question for p in pairs])
+    answers = tokenizer.tokenize([p.answer for p in pairs])
+    dataset = make_dataset(questions, answers, max_length=config.model.max_length,
+                           batch_size=config.train.batch_size, shuffle=shuffle, seed=config.train.seed)
+    return dataset, int((~fits(answers, config.model.max_length)).sum())
+
+
+def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, resume: bool = False,
+          overwrite: bool = False, callbacks=(), verbose: int | str = "auto", log=print) -> Path:
+    """Train on `pairs` and write a model directory at `out_dir`. Returns its path."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise ArtifactError(f"{out_dir} already exists; choose another --out or pass --overwrite")
+    keras.utils.set_random_seed(config.train.seed)
+    train_pairs, val_pairs = split_by_question(pairs, config.data.val_fraction, config.data.seed)
+    state = state_dir_for(out_dir)
+    tokenizer = _prepare_state(state, config, train_pairs, resume)
+    config = dataclasses.replace(
+        config,
+        model=dataclasses.replace(config.model, vocab_size=tokenizer.vocab_size),
+        tokenizer=TokenizerConfig(config.tokenizer.vocab_size, tokenizer.vocab_hash))
+
+    train_data, too_long = _dataset(tokenizer, train_pairs, config, shuffle=True)
+    val_data = _dataset(tokenizer, val_pairs, config, shuffle=False)[0] if val_pairs else None
+    log(f"split: {len(train_pairs)} train / {len(val_pairs)} validation pairs (by question, seed "
+        f"{config.data.seed}); vocabulary {tokenizer.vocab_size} pieces; "
+        f"{too_long} training answers longer than {config.model.max_length} tokens skipped")
+
+    gpu = has_gpu()
+    mixed = gpu if config.train.mixed_precision is None else config.train.mixed_precision
+    xla = gpu if config.train.xla is None else config.train.xla
+    strategy = make_strategy(config.train.strategy)
+    log(f"device: {'GPU' if gpu else 'CPU'}; mixed precision {'on' if mixed else 'off'}; XLA {'on' if xla else 'off'}; "
+        f"{strategy.num_replicas_in_sync} replica(s)")
+    with strategy.scope():
+        model = Transformer.from_config_dataclass(config.model, dtype="mixed_float16" if mixed else "float32")
+        model.compile(optimizer=transformer_optimizer(config.model.d_model, config.train.warmup_steps),
+                      loss=MaskedSparseCrossEntropy(config.train.label_smoothing),
+                      metrics=[MaskedAccuracy()], jit_compile=xla)
+        _build(model)
+
+    monitor = "val_loss" if val_data is not None else "loss"
+    best_path = state / "best.weights.h5"
+    history_path = state / HISTORY_FILE
+    all_callbacks = [
+        keras.callbacks.BackupAndRestore(str(state / "backup"), double_checkpoint=True, delete_checkpoint=False),
+        keras.callbacks.ModelCheckpoint(str(best_path), monitor=monitor, save_best_only=True, save_weights_only=True,
+                                        initial_value_threshold=_best_so_far(history_path, monitor) if resume else None),
+        keras.callbacks.CSVLogger(str(history_path), append=resume),
+        keras.callbacks.TensorBoard(str(state / "logs")),
+        keras.callbacks.TerminateOnNaN(),
+        *([keras.callbacks.EarlyStopping(monitor, patience=config.train.early_stopping)]
+          if config.train.early_stopping else []),
+        *callbacks,
+    ]
+    model.fit(train_data, validation_data=val_data, epochs=config.train.epochs, callbacks=all_callbacks,
+              verbose=verbose, shuffle=False)  # the dataset shuffles itself
+
+    if best_path.is_file():
+        model.load_weights(best_path)
+    inference_model = Transformer.from_config_dataclass(config.model)  # float32, whatever training used
+    _build(inference_model)
+    inference_model.set_weights(model.get_weights())
+    metrics = _evaluate(inference_model, val_data)
+    log("validation: " + (", ".join(f"{k} {v:.4f}" for k, v in metrics.items()) if metrics else "no held-out pairs"))
+    extra = {METRICS_FILE: json.dumps(metrics, indent=2).encode()}
+    if history_path.is_file():
+        extra[HISTORY_FILE] = history_path.read_bytes()
+    save_model_dir(out_dir, config, tokenizer, inference_model, extra, overwrite=overwrite)
+    shutil.copytree(state / "logs", out_dir / "logs", dirs_exist_ok=True)
+    shutil.rmtree(state, ignore_errors=True)
+    return out_dir
+
+
+def _build(model: Transformer) -> None:
+    """Create every weight by running one tiny batch (needed before restoring a backup)."""
+    ids = tf.constant([[1, 2]], tf.int32)
+    model((ids, ids), training=False)
+
+
+def _evaluate(model: Transformer, val_data) -> dict:
+    if val_data is None:
+        return {}
+    model.compile(loss=MaskedSparseCrossEntropy(), metrics=[MaskedAccuracy()])
+    loss, accuracy = model.evaluate(val_data, verbose=0)
+    return {"val_loss": float(loss), "val_perplexity": float(math.exp(min(loss, 50.0))),
+            "val_masked_accuracy": float(accuracy)}
