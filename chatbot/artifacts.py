@@ -14,11 +14,16 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import keras
+from typing import TYPE_CHECKING
 
 from chatbot.config import ChatbotConfig, __version__
-from chatbot.tokenizer import MODEL_FILE as TOKENIZER_FILE
-from chatbot.tokenizer import Tokenizer
+
+if TYPE_CHECKING:  # TensorFlow is imported only when a model is really saved or loaded,
+    import keras   # so that checking a directory stays instant for the CLI.
+
+    from chatbot.tokenizer import Tokenizer
+
+TOKENIZER_FILE = "tokenizer.model"
 
 CONFIG_FILE = "config.json"
 MODEL_FILE = "model.keras"
@@ -46,7 +51,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         raise
 
 
-def save_model_dir(out_dir: str | Path, config: ChatbotConfig, tokenizer: Tokenizer, model: keras.Model,
+def save_model_dir(out_dir: str | Path, config: ChatbotConfig, tokenizer: "Tokenizer", model: "keras.Model",
                    extra_files: dict[str, bytes] | None = None, overwrite: bool = False) -> Path:
     """Write a complete model directory at `out_dir` atomically. An existing one is replaced only
     with `overwrite=True`, and only after the new one is complete."""
@@ -75,11 +80,9 @@ def save_model_dir(out_dir: str | Path, config: ChatbotConfig, tokenizer: Tokeni
     return out_dir
 
 
-def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, Tokenizer, keras.Model]:
-    """Load and check a model directory: all files present, same major.minor version, the tokenizer
-    file matching the vocabulary hash in config.json. The model loads with Keras safe mode on."""
-    import chatbot.model  # noqa: F401  (registers the layers for deserialization)
-
+def check_model_dir(path: str | Path) -> ChatbotConfig:
+    """Check a model directory without loading TensorFlow: all files present, same major.minor
+    version, the tokenizer file matching the vocabulary hash in config.json."""
     path = Path(path)
     if not path.is_dir():
         raise ArtifactError(f"{path}: no model directory here (train one with `python -m chatbot train`)")
@@ -92,5 +95,16 @@ def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, Tokenizer, keras.Mo
     proto = (path / TOKENIZER_FILE).read_bytes()
     if hashlib.sha256(proto).hexdigest() != config.tokenizer.vocab_hash:
         raise ArtifactError(f"{path}: {TOKENIZER_FILE} does not match the vocabulary hash in {CONFIG_FILE}")
-    model = keras.saving.load_model(path / MODEL_FILE, compile=False, safe_mode=True)
-    return config, Tokenizer(proto), model
+    return config
+
+
+def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, "Tokenizer", "keras.Model"]:
+    """Check, then load a model directory. The model loads with Keras safe mode on."""
+    import keras
+
+    import chatbot.model  # noqa: F401  (registers the layers for deserialization)
+    from chatbot.tokenizer import Tokenizer
+
+    config = check_model_dir(path)
+    model = keras.saving.load_model(Path(path) / MODEL_FILE, compile=False, safe_mode=True)
+    return config, Tokenizer((Path(path) / TOKENIZER_FILE).read_bytes()), model

@@ -24,7 +24,7 @@ SEPARATOR = "<sep>"  # reserved for retrieval context on the encoder input
 TONE_TOKENS = ("<tone0>", "<tone1>", "<tone2>")  # reserved for label conditioning
 RESERVED_TOKENS = (SEPARATOR, *TONE_TOKENS)
 NUM_SPECIAL = 4 + len(RESERVED_TOKENS)  # ids below this never appear in replies
-MODEL_FILE = "tokenizer.model"
+MODEL_FILE = "tokenizer.model"  # also named in artifacts.py, which must not import TensorFlow
 
 
 def normalize_tf(texts: tf.Tensor) -> tf.Tensor:

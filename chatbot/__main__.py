@@ -1,0 +1,5 @@
+import sys
+
+from chatbot.cli import main
+
+sys.exit(main())

@@ -1,0 +1,195 @@
+"""Command line: `python -m chatbot {train,chat,export,download}`.
+
+Owns: argparse, turning user mistakes into one `error: ...` line and exit status 2, and
+nothing else: every subcommand calls into the package. TensorFlow is imported only inside the
+handlers, so `--help` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from chatbot.artifacts import ArtifactError, check_model_dir
+from chatbot.config import (ChatbotConfig, DataConfig, GenerationConfig, ModelConfig, TokenizerConfig, TrainConfig,
+                            __version__)
+from chatbot.data import DataError
+
+DEFAULT_MODEL = "models/default"
+USER_ERROR = 2
+
+
+class UserError(Exception):
+    """A mistake the user can fix; printed as one line."""
+
+
+def _add_decoding_flags(parser: argparse.ArgumentParser) -> None:
+    d = GenerationConfig()
+    group = parser.add_argument_group("decoding")
+    group.add_argument("--strategy", choices=["greedy", "beam", "sample"], default=d.strategy)
+    group.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    group.add_argument("--num-beams", type=int, default=d.num_beams, help="beam width for --strategy beam")
+    group.add_argument("--length-penalty", type=float, default=d.length_penalty,
+                       help="beam scores are divided by length**this (higher favours longer replies)")
+    group.add_argument("--temperature", type=float, default=d.temperature)
+    group.add_argument("--top-k", type=int, default=d.top_k, help="sample among the k likeliest tokens (0: all)")
+    group.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling mass (1.0: off)")
+    group.add_argument("--repetition-penalty", type=float, default=d.repetition_penalty, help="1.0: off")
+    group.add_argument("--no-repeat-ngram-size", type=int, default=d.no_repeat_ngram_size, help="0: off")
+    group.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
+
+
+def _decoding(args) -> dict:
+    names = ("strategy", "max_new_tokens", "num_beams", "length_penalty", "temperature", "top_k", "top_p",
+             "repetition_penalty", "no_repeat_ngram_size", "seed")
+    decoding = {name: getattr(args, name) for name in names}
+    try:
+        GenerationConfig(**decoding)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    return decoding
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m chatbot", description="Korean transformer chatbot (한국어 트랜스포머 챗봇).")
+    parser.add_argument("--version", action="version", version=f"chatbot {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    m, t = ModelConfig(), TrainConfig()
+    train = commands.add_parser("train", help="train a chatbot on a Q&A CSV",
+                                description="Train a chatbot on a Q&A CSV (columns Q,A[,label]) and write a model directory.")
+    train.add_argument("--data", required=True, help="CSV with question/answer columns (Q,A or question,answer; label optional)")
+    train.add_argument("--out", required=True, help="model directory to create")
+    train.add_argument("--overwrite", action="store_true", help="replace --out if it exists (only once training succeeded)")
+    train.add_argument("--resume", action="store_true", help="continue an interrupted run of the same --out")
+    train.add_argument("--epochs", type=int, default=t.epochs)
+    train.add_argument("--batch-size", type=int, default=t.batch_size)
+    train.add_argument("--max-length", type=int, default=m.max_length, help="longest question/answer in tokens")
+    train.add_argument("--vocab-size", type=int, default=TokenizerConfig().vocab_size, help="subword vocabulary target")
+    train.add_argument("--num-layers", type=int, default=m.num_layers)
+    train.add_argument("--d-model", type=int, default=m.d_model)
+    train.add_argument("--num-heads", type=int, default=m.num_heads)
+    train.add_argument("--dff", type=int, default=m.dff, help="feed-forward width")
+    train.add_argument("--dropout", type=float, default=m.dropout)
+    train.add_argument("--warmup-steps", type=int, default=t.warmup_steps)
+    train.add_argument("--label-smoothing", type=float, default=t.label_smoothing)
+    train.add_argument("--val-fraction", type=float, default=DataConfig().val_fraction,
+                       help="share of questions held out for validation")
+    train.add_argument("--seed", type=int, default=t.seed)
+    train.add_argument("--early-stopping", type=int, default=0, metavar="PATIENCE",
+                       help="stop after this many epochs without validation improvement (0: off)")
+    train.add_argument("--strategy", choices=["auto", "mirrored", "multi-worker"], default="auto",
+                       help="tf.distribute: mirrored = all local GPUs; multi-worker = machines in TF_CONFIG")
+    train.add_argument("--no-mixed-precision", dest="mixed_precision", action="store_false", default=None,
+                       help="train in float32 even on a GPU")
+    train.add_argument("--no-xla", dest="xla", action="store_false", default=None, help="do not compile with XLA")
+    train.set_defaults(handler=run_train)
+
+    chat = commands.add_parser("chat", help="talk to a model in the terminal",
+                               description="Chat with a model: a REPL, one --question, or one reply per line of piped stdin.")
+    chat.add_argument("--model", default=DEFAULT_MODEL, help=f"model directory (default: {DEFAULT_MODEL})")
+    chat.add_argument("--question", "-q", help="answer this one question and exit")
+    _add_decoding_flags(chat)
+    chat.set_defaults(handler=run_chat)
+
+    export = commands.add_parser("export", help="write a string-to-string TensorFlow SavedModel",
+                                 description="Export a model as a SavedModel whose serving_default maps questions to replies.")
+    export.add_argument("--model", default=DEFAULT_MODEL)
+    export.add_argument("--out", required=True, help="SavedModel directory to create")
+    export.add_argument("--overwrite", action="store_true")
+    export.set_defaults(handler=run_export)
+
+    download = commands.add_parser("download", help="fetch the public ChatbotData.csv (songys/Chatbot_data, MIT)",
+                                   description="Download ChatbotData.csv, verify its SHA-256 and write it atomically.")
+    download.add_argument("--out", default="data/ChatbotData.csv")
+    download.add_argument("--overwrite", action="store_true")
+    download.set_defaults(handler=run_download)
+    return parser
+
+
+def run_train(args) -> None:
+    from chatbot.data import load_pairs
+
+    try:
+        config = ChatbotConfig(
+            model=ModelConfig(num_layers=args.num_layers, d_model=args.d_model, num_heads=args.num_heads,
+                              dff=args.dff, dropout=args.dropout, max_length=args.max_length),
+            tokenizer=TokenizerConfig(vocab_size=args.vocab_size),
+            data=DataConfig(path=str(args.data), val_fraction=args.val_fraction, seed=args.seed),
+            train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, warmup_steps=args.warmup_steps,
+                              label_smoothing=args.label_smoothing, early_stopping=args.early_stopping,
+                              mixed_precision=args.mixed_precision, xla=args.xla, strategy=args.strategy,
+                              seed=args.seed))
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    if args.vocab_size < 16:
+        raise UserError("--vocab-size must be at least 16")
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
+    pairs, report = load_pairs(args.data)  # before TensorFlow loads, so data errors come back at once
+    print(report, flush=True)
+    from chatbot.train import train
+
+    train(pairs, config, out, resume=args.resume, overwrite=args.overwrite)
+    print(f"saved: {out}\ntry it: python -m chatbot chat --model {out}")
+
+
+def run_chat(args) -> None:
+    decoding = _decoding(args)
+    check_model_dir(args.model)
+    from chatbot.generate import Chatbot
+
+    bot = Chatbot.load(args.model)
+    if args.question is not None:
+        print(bot.reply(args.question, **decoding))
+        return
+    interactive = sys.stdin.isatty()
+    if interactive:
+        print(f"chatbot ({args.model}) — 빈 줄이나 Ctrl-D로 끝내요.")
+    while True:
+        try:
+            line = input("나> " if interactive else "")
+        except EOFError:
+            break
+        if not line.strip():
+            if interactive:
+                break
+            print()
+            continue
+        reply = bot.reply(line, **decoding)
+        print(f"챗봇> {reply}" if interactive else reply, flush=True)
+
+
+def run_export(args) -> None:
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
+    check_model_dir(args.model)
+    from chatbot.export import export_saved_model
+
+    export_saved_model(args.model, out, overwrite=args.overwrite)
+    print(f"saved: {out} (serving_default: strings 'questions' -> strings 'replies')")
+
+
+def run_download(args) -> None:
+    from chatbot.download import download_chatbot_data
+
+    path = download_chatbot_data(args.out, overwrite=args.overwrite)
+    print(f"saved: {path}\ntrain on it: python -m chatbot train --data {path} --out models/chatbotdata")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out of the way
+    try:
+        args.handler(args)
+    except (UserError, DataError, ArtifactError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return USER_ERROR
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    return 0

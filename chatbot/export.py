@@ -1,0 +1,57 @@
+"""Export: a TensorFlow SavedModel that maps question strings to reply strings.
+
+Owns: the `tf.Module` whose `serving_default` signature runs normalisation, SentencePiece
+tokenisation, cached greedy decoding and detokenisation inside the graph, so the SavedModel
+answers in a process that imports only `tensorflow` and `tensorflow_text` (and serves under
+TensorFlow Serving). Must not depend on Python-side tokenization.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import tensorflow as tf
+
+from chatbot.generate import Chatbot, Decoder
+
+
+class ReplyModule(tf.Module):
+    """`serve(questions: string[batch]) -> {"replies": string[batch]}` with greedy decoding."""
+
+    def __init__(self, bot: Chatbot):
+        super().__init__(name="chatbot")
+        self.model = bot.model
+        self.sentencepiece = bot.tokenizer.sp  # tracked, so the vocabulary travels with the SavedModel
+        self._decoder = Decoder(bot.model, bot.tokenizer)
+        _, self._options = bot.options(strategy="greedy", max_new_tokens=bot.model.max_length, seed=0)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions")])
+    def serve(self, questions):
+        ids = self._decoder.sample_loop(questions, self._options, _greedy(), no_repeat_ngram_size=0)
+        return {"replies": self._decoder.tokenizer.detokenize(ids)}
+
+
+def _greedy():
+    from chatbot.samplers import GreedySampler
+
+    return GreedySampler()
+
+
+def export_saved_model(model_dir: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
+    """Write the SavedModel to a temporary sibling, then rename it into place."""
+    out_dir = Path(out_dir)
+    module = ReplyModule(Chatbot.load(model_dir))
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
+    try:
+        tf.saved_model.save(module, str(temp), signatures={"serving_default": module.serve})
+        if out_dir.exists() and overwrite:
+            shutil.rmtree(out_dir)
+        os.replace(temp, out_dir)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    return out_dir

@@ -1,0 +1,75 @@
+"""Shared fixtures: small real Korean data and a tiny model trained in seconds."""
+
+import csv
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_CHATBOT_DATA = ROOT.parent / "shared" / "data" / "ChatbotData.csv"
+
+# Thirty short pairs written for the tests: every answer is distinct, so an overfit model
+# must really tell the questions apart.
+TINY_PAIRS = [
+    ("안녕하세요", "반가워요.", 0), ("배고파", "맛있는 거 드세요.", 0), ("너무 피곤해", "푹 쉬세요.", 0),
+    ("오늘 날씨 어때?", "맑고 따뜻해요.", 0), ("비 온다", "우산 챙기세요.", 0), ("심심해 ㅋㅋ", "산책 어때요?", 0),
+    ("잠이 안 와", "따뜻한 우유 마셔봐요.", 0), ("시험 망쳤어 ㅠㅠ", "다음엔 잘할 거예요.", 1),
+    ("헤어졌어", "많이 힘들겠어요.", 1), ("외로워", "제가 곁에 있을게요.", 1), ("우울해", "천천히 이야기해 줘요.", 1),
+    ("회사 가기 싫다", "오늘만 버텨봐요.", 0), ("주말에 뭐 하지", "여행 가보세요.", 0), ("운동해야 하는데", "가볍게 걸어봐요.", 0),
+    ("좋아하는 사람 생겼어", "설레는 일이네요!", 2), ("고백할까?", "용기 내 보세요.", 2), ("사랑해", "저도 좋아해요.", 2),
+    ("데이트 어디로 가지", "공원 산책 좋아요.", 2), ("기분 최고야", "저도 기뻐요!", 2), ("생일 축하해줘", "생일 축하해요!", 2),
+    ("돈이 없어", "아껴 쓰면 괜찮아요.", 0), ("고양이 키우고 싶어", "귀여운 친구가 생기겠네요.", 0),
+    ("친구랑 싸웠어", "먼저 연락해 봐요.", 1), ("엄마 보고 싶다", "전화 한 통 드려요.", 1),
+    ("이사 가야 해", "새 집이 기대되네요.", 0), ("커피 마실까", "한 잔 정도는 좋아요.", 0),
+    ("머리 아파", "약 먹고 쉬세요.", 1), ("취업 했어!", "정말 축하해요!", 2), ("눈 온다", "따뜻하게 입으세요.", 0),
+    ("잘 자", "좋은 꿈 꾸세요.", 0),
+]
+
+
+REPEATS = 5
+
+
+def write_csv(path: Path, rows, header=("Q", "A", "label"), encoding="utf-8") -> Path:
+    with open(path, "w", newline="", encoding=encoding) as file:
+        writer = csv.writer(file)
+        if header:
+            writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_csv(tmp_path_factory) -> Path:
+    return write_csv(tmp_path_factory.mktemp("data") / "tiny.csv", TINY_PAIRS)
+
+
+def tiny_config(epochs=60, **train):
+    from chatbot.config import ChatbotConfig, DataConfig, ModelConfig, TokenizerConfig, TrainConfig
+
+    return ChatbotConfig(
+        model=ModelConfig(num_layers=2, d_model=64, num_heads=4, dff=128, dropout=0.0, max_length=16),
+        tokenizer=TokenizerConfig(vocab_size=200),
+        data=DataConfig(val_fraction=0.0),
+        train=TrainConfig(epochs=epochs, batch_size=16, warmup_steps=100, **train))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tiny_csv) -> Path:
+    """A model overfit on TINY_PAIRS (about half a minute on 2 cores)."""
+    from chatbot.data import load_pairs
+    from chatbot.train import train
+
+    pairs, _ = load_pairs(tiny_csv)
+    out = tmp_path_factory.mktemp("models") / "tiny"
+    # Each pair five times: ten steps an epoch, so per-epoch overhead stays small.
+    return train(pairs * REPEATS, tiny_config(), out, verbose=0, log=lambda *_: None)
+
+
+@pytest.fixture(scope="session")
+def tiny_bot(tiny_model_dir):
+    from chatbot.generate import Chatbot
+
+    return Chatbot.load(tiny_model_dir)

@@ -1,0 +1,99 @@
+import pytest
+
+from chatbot.data import DataError, load_pairs, split_by_question
+from chatbot.text import normalize
+from conftest import SHARED_CHATBOT_DATA, TINY_PAIRS, write_csv
+
+
+def test_normalize_keeps_jamo_and_emoji_and_folds_whitespace():
+    assert normalize("  ㅋㅋㅋ\t진짜\u3000웃겨 😀 ㅠㅠ \n") == "ㅋㅋㅋ 진짜 웃겨 😀 ㅠㅠ"
+
+
+def test_normalize_composes_decomposed_hangul():
+    decomposed = "\u1112\u1161\u1102\u1173\u11af"  # 하늘 as conjoining jamo (NFD)
+    assert normalize(decomposed) == "하늘"
+
+
+def test_reads_cp949_file(tmp_path):
+    path = write_csv(tmp_path / "excel.csv", TINY_PAIRS[:5], encoding="cp949")
+    pairs, report = load_pairs(path)
+    assert report.encoding == "cp949"
+    assert pairs[0].question == "안녕하세요" and pairs[0].answer == "반가워요."
+
+
+def test_reads_utf8_with_bom(tmp_path):
+    path = write_csv(tmp_path / "bom.csv", TINY_PAIRS[:5], encoding="utf-8-sig")
+    pairs, report = load_pairs(path)
+    assert report.encoding == "utf-8-sig"
+    assert [p.question for p in pairs][:2] == ["안녕하세요", "배고파"]
+
+
+def test_column_aliases_are_case_insensitive(tmp_path):
+    path = write_csv(tmp_path / "aliases.csv", [("배고파", "밥 드세요.")], header=("Question", "ANSWER"))
+    pairs, _ = load_pairs(path)
+    assert pairs[0].question == "배고파" and pairs[0].label is None
+
+
+def test_missing_answer_column_names_the_problem(tmp_path):
+    path = write_csv(tmp_path / "noanswer.csv", [("배고파", 0)], header=("Q", "label"))
+    with pytest.raises(DataError, match="no answer column"):
+        load_pairs(path)
+
+
+@pytest.mark.parametrize("content, reason", [
+    (b"", "empty"),
+    (b"Q,A,label\n", "no usable rows"),
+    (b"Q,A\n,\n  ,x\n", "no usable rows"),
+    (b"\xff\xfe\x00\xd8\x00\xdc" * 20, "cannot decode"),
+])
+def test_unusable_files_raise_data_error(tmp_path, content, reason):
+    path = tmp_path / "bad.csv"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=reason) as error:
+        load_pairs(path)
+    assert str(path) in str(error.value)
+
+
+def test_missing_file_raises_data_error(tmp_path):
+    with pytest.raises(DataError, match="not found"):
+        load_pairs(tmp_path / "nope.csv")
+
+
+def test_empty_rows_and_duplicates_are_dropped_and_counted(tmp_path):
+    rows = [("배고파", "밥 드세요.", 0), ("", "답만 있음", 0), ("질문만", "", 1), ("배고파", "밥 드세요.", 0),
+            ("졸려", "주무세요.", 0)]
+    pairs, report = load_pairs(write_csv(tmp_path / "mixed.csv", rows))
+    assert [p.question for p in pairs] == ["배고파", "졸려"]
+    assert report.dropped_empty == [3, 4] and report.dropped_duplicates == [5]
+    assert "dropped, empty Q/A   2" in str(report)
+
+
+def test_nan_cells_are_dropped(tmp_path):
+    path = tmp_path / "nan.csv"
+    path.write_text("Q,A,label\n배고파,,0\n,답,1\n졸려,주무세요.,0\n", encoding="utf-8")
+    pairs, report = load_pairs(path)
+    assert len(pairs) == 1 and len(report.dropped_empty) == 2
+
+
+def test_labels_are_cleaned_and_bad_ones_cleared(tmp_path):
+    rows = [("a", "b", "2   "), ("c", "d", "1.0"), ("e", "f", "x"), ("g", "h", "7"), ("i", "j", "")]
+    pairs, report = load_pairs(write_csv(tmp_path / "labels.csv", rows))
+    assert [p.label for p in pairs] == [2, 1, None, None, None]
+    assert report.labels_cleared == [4, 5, 6]
+
+
+def test_split_is_deterministic_and_keeps_questions_on_one_side(tmp_path):
+    rows = [(f"질문 {i % 40}", f"답 {i}", 0) for i in range(120)]
+    pairs, _ = load_pairs(write_csv(tmp_path / "split.csv", rows))
+    train, val = split_by_question(pairs, 0.25, seed=3)
+    assert split_by_question(pairs, 0.25, seed=3) == (train, val)
+    assert not {p.question for p in train} & {p.question for p in val}
+    assert len({p.question for p in val}) == 10
+    assert split_by_question(pairs, 0.25, seed=4)[1] != val
+
+
+@pytest.mark.skipif(not SHARED_CHATBOT_DATA.exists(), reason="../shared/data/ChatbotData.csv not present")
+def test_public_chatbot_data_loads_with_its_odd_label():
+    pairs, report = load_pairs(SHARED_CHATBOT_DATA)
+    assert report.used > 11000 and set(report.label_counts) == {0, 1, 2}
+    assert report.labels_cleared == []

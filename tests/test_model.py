@@ -1,0 +1,53 @@
+import keras
+import numpy as np
+
+from chatbot.layers import padding_mask
+from chatbot.model import Transformer
+
+ENCODER_IDS = np.array([[1, 5, 6, 7, 2, 0], [1, 9, 2, 0, 0, 0]])
+DECODER_IDS = np.array([[1, 8, 9, 10, 11], [1, 12, 13, 2, 0]])
+
+
+def small_model():
+    model = Transformer(vocab_size=40, num_layers=2, d_model=16, num_heads=4, dff=32, dropout=0.1, max_length=8)
+    model((ENCODER_IDS, DECODER_IDS))
+    return model
+
+
+def test_cached_decode_matches_full_forward():
+    model = small_model()
+    full = np.array(model((ENCODER_IDS, DECODER_IDS), training=False))
+    memory = model.encode(ENCODER_IDS)
+    self_cache, cross_cache = model.init_cache(memory)
+    steps = []
+    for index in range(DECODER_IDS.shape[1]):
+        logits, self_cache = model.decode_step(DECODER_IDS[:, index:index + 1], index, self_cache, cross_cache,
+                                               padding_mask(ENCODER_IDS))
+        steps.append(np.array(logits))
+    np.testing.assert_allclose(np.stack(steps, axis=1)[0], full[0], atol=1e-5)
+    np.testing.assert_allclose(np.stack(steps, axis=1)[1, :4], full[1, :4], atol=1e-5)  # before padding
+
+
+def test_model_saves_and_loads_with_identical_outputs(tmp_path):
+    model = small_model()
+    expected = np.array(model((ENCODER_IDS, DECODER_IDS), training=False))
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras", safe_mode=True, compile=False)
+    assert isinstance(loaded, Transformer) and loaded.max_length == 8
+    np.testing.assert_allclose(np.array(loaded((ENCODER_IDS, DECODER_IDS), training=False)), expected, atol=1e-6)
+
+
+def test_mixed_precision_logits_are_float32_and_finite():
+    model = Transformer(vocab_size=40, num_layers=1, d_model=16, num_heads=2, dff=32, max_length=8,
+                        dtype="mixed_float16")
+    logits = model((ENCODER_IDS, DECODER_IDS), training=False)
+    assert logits.dtype == "float32" and np.isfinite(np.array(logits)).all()
+    assert model.encoder_layers[0].attention.compute_dtype == "float16"
+
+
+def test_padding_in_the_question_does_not_change_the_answer_logits():
+    model = small_model()
+    padded = np.array([[1, 5, 6, 7, 2, 0, 0, 0]])
+    a = np.array(model((ENCODER_IDS[:1], DECODER_IDS[:1]), training=False))
+    b = np.array(model((padded, DECODER_IDS[:1]), training=False))
+    np.testing.assert_allclose(a, b, atol=1e-5)

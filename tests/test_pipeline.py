@@ -1,0 +1,44 @@
+import numpy as np
+import tensorflow as tf
+
+from chatbot.pipeline import make_dataset
+from chatbot.tokenizer import END_ID, START_ID
+
+
+def ragged(rows):
+    return tf.ragged.constant(rows, dtype=tf.int32)
+
+
+def test_teacher_forcing_shift_and_start_end():
+    data = make_dataset(ragged([[10, 11, 12]]), ragged([[20, 21]]), max_length=10, batch_size=1, shuffle=False)
+    (encoder, decoder), targets = next(iter(data))
+    enc, dec, tgt = (t.numpy()[0].tolist() for t in (encoder, decoder, targets))
+    assert enc[:5] == [START_ID, 10, 11, 12, END_ID] and set(enc[5:]) <= {0}
+    assert dec[:3] == [START_ID, 20, 21] and tgt[:3] == [20, 21, END_ID]
+    assert set(dec[3:]) <= {0} and set(tgt[3:]) <= {0}
+
+
+def test_long_answers_are_dropped_and_long_questions_cut():
+    questions = ragged([[5] * 30, [6, 7]])
+    answers = ragged([[8, 9], [9] * 30])
+    batches = list(make_dataset(questions, answers, max_length=8, batch_size=4, shuffle=False))
+    assert sum(int(t.shape[0]) for (_, _), t in batches) == 1
+    (encoder, decoder), targets = batches[0]
+    assert encoder.shape[1] <= 8 and encoder.numpy()[0, 7] == END_ID and targets.shape[1] <= 8
+
+
+def test_bucketing_keeps_padding_low():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 30, size=400)
+    rows = [[7] * int(n) for n in lengths]
+    bucketed = make_dataset(ragged(rows), ragged(rows), max_length=40, batch_size=16, shuffle=False)
+    padded = make_dataset(ragged(rows), ragged(rows), max_length=40, batch_size=16, shuffle=False, bucketed=False)
+
+    def real_share(dataset):
+        real = total = 0
+        for (_, _), targets in dataset:
+            real += int(tf.reduce_sum(tf.cast(targets != 0, tf.int32)))
+            total += int(tf.size(targets))
+        return real / total
+
+    assert real_share(bucketed) > 0.8 > 0.5 > real_share(padded)

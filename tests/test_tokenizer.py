@@ -1,0 +1,52 @@
+import pytest
+import tensorflow as tf
+
+from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID, START_ID, UNK_ID, Tokenizer
+from conftest import TINY_PAIRS
+
+TEXTS = [q for q, _, _ in TINY_PAIRS] + [a for _, a, _ in TINY_PAIRS]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return Tokenizer.train(TEXTS, vocab_size=200)
+
+
+def test_round_trip_is_exact_on_hangul(tokenizer):
+    assert tokenizer.decode(tokenizer.encode(TEXTS)) == TEXTS
+
+
+def test_punctuation_stays_attached(tokenizer):
+    assert tokenizer.decode(tokenizer.encode(["맛있는 거 드세요."])) == ["맛있는 거 드세요."]
+
+
+def test_jamo_laughter_survives(tokenizer):
+    assert tokenizer.decode(tokenizer.encode(["심심해 ㅋㅋ", "시험 망쳤어 ㅠㅠ"])) == ["심심해 ㅋㅋ", "시험 망쳤어 ㅠㅠ"]
+
+
+def test_reserved_ids(tokenizer):
+    pieces = tokenizer.sp.id_to_string(tf.constant([PAD_ID, START_ID, END_ID, UNK_ID, 4, 5])).numpy().tolist()
+    assert pieces == [b"<pad>", b"<s>", b"</s>", b"<unk>", b"<sep>", b"<tone0>"]
+    assert min(min(ids) for ids in tokenizer.encode(TEXTS)) >= NUM_SPECIAL
+
+
+def test_tokenize_normalises_in_graph(tokenizer):
+    @tf.function
+    def ids(texts):
+        return tokenizer.tokenize(texts)
+
+    messy = tf.constant(["  배고파 \t", "\u1112\u1161\u1102\u1173\u11af"])  # spaces; NFD 하늘
+    clean = tf.constant(["배고파", "하늘"])
+    assert ids(messy).to_list() == ids(clean).to_list()
+
+
+def test_detokenize_drops_special_ids(tokenizer):
+    ids = tokenizer.encode(["반가워요."])[0]
+    assert tokenizer.decode([[START_ID, *ids, END_ID, PAD_ID, PAD_ID]]) == ["반가워요."]
+
+
+def test_save_load_keeps_vocabulary(tokenizer, tmp_path):
+    tokenizer.save(tmp_path)
+    loaded = Tokenizer.load(tmp_path)
+    assert loaded.vocab_hash == tokenizer.vocab_hash
+    assert loaded.encode(TEXTS) == tokenizer.encode(TEXTS)
