@@ -1,0 +1,246 @@
+"""The Gradio app, served in-process on a free port and driven with gradio_client like a real user
+(plus direct calls for the pieces without an endpoint of their own: limits, streaming, the picker)."""
+
+import re
+import shutil
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gradio_client import Client, handle_file
+
+import app
+
+HANGUL = re.compile(r"[\uac00-\ud7a3]")
+QUESTIONS = ["안녕하세요", "배고파", "너무 피곤해", "비 온다", "헤어졌어", "외로워", "고백할까?", "잘 자"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def models_root(tmp_path_factory, tiny_model_dir):
+    """A models/ folder of our own (the training test adds to it), holding a copy of the tiny model."""
+    root = tmp_path_factory.mktemp("app-models")
+    shutil.copytree(tiny_model_dir, root / "tiny")
+    return root
+
+
+@pytest.fixture(scope="module")
+def bot(models_root):
+    return app.load_bot(models_root / "tiny")
+
+
+@pytest.fixture(scope="module")
+def url(bot, models_root):
+    demo = app.build_demo(bot, models_root=models_root)
+    _, local_url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(),
+                                  quiet=True, **app.LAUNCH_OPTIONS)
+    yield local_url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def client(url):
+    return Client(url, verbose=False)
+
+
+def model_dirs(root: Path) -> set[str]:
+    return {path.name for path in root.iterdir() if (path / "config.json").is_file()}
+
+
+# -- chat over the API --------------------------------------------------------------------------
+
+def test_korean_question_gets_a_korean_reply_with_default_settings(client):
+    reply = client.predict("안녕하세요", api_name="/chat")
+    assert isinstance(reply, str) and HANGUL.search(reply), reply
+
+
+def test_greedy_is_deterministic_and_sampling_follows_the_seed(client):
+    greedy = {client.predict("배고파", strategy="greedy", seed=seed, api_name="/chat") for seed in (1, 2, 3)}
+    assert len(greedy) == 1
+
+    def sample(seed):
+        return client.predict("배고파", strategy="sample", temperature=3.0, seed=seed, api_name="/chat")
+
+    samples = [sample(seed) for seed in range(4)]
+    assert len(set(samples)) >= 2, samples
+    assert sample(2) == samples[2]
+
+
+def test_beam_search_answers_in_korean(client):
+    reply = client.predict("잘 자", strategy="beam", num_beams=3, api_name="/chat")
+    assert HANGUL.search(reply), reply
+
+
+def test_empty_question_is_answered_politely_and_a_long_one_still_answered(client):
+    assert client.predict("   ", api_name="/chat") == app.EMPTY_REPLY
+    assert HANGUL.search(client.predict("안녕하세요 " * 100, api_name="/chat"))
+
+
+def test_invalid_settings_and_unknown_models_are_refused(client):
+    with pytest.raises(Exception, match="생성 설정"):
+        client.predict("안녕하세요", temperature=0.0, api_name="/chat")
+    for name in ("../tiny", "/etc", "없는모델"):
+        with pytest.raises(Exception, match="모델을 불러오지 못했어요"):
+            client.predict("안녕하세요", model=name, api_name="/chat")
+
+
+def test_sixteen_concurrent_clients_all_get_replies(url):
+    questions = (QUESTIONS * 2)[:16]
+
+    def ask(question):
+        return Client(url, verbose=False).predict(question, api_name="/chat")
+
+    with ThreadPoolExecutor(len(questions)) as pool:
+        replies = list(pool.map(ask, questions))
+    assert len(replies) == 16
+    assert all(HANGUL.search(reply) for reply in replies), replies
+
+
+def test_attention_endpoint_draws_a_heatmap_of_the_reply(client):
+    plot, caption = client.predict("안녕하세요", "tiny", "grid", 1, 1, api_name="/attention")
+    assert plot["type"] == "matplotlib" and plot["plot"].startswith("data:image/")
+    assert "질문: 안녕하세요" in caption and "답변: " in caption
+
+
+# -- retraining --------------------------------------------------------------------------------
+
+def test_bad_csv_shows_the_loaders_error(client, tmp_path):
+    from chatbot.data import DataError, load_pairs
+
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes("질문,라벨\n안녕하세요,0\n배고파,0\n".encode("cp949"))
+    with pytest.raises(DataError) as expected:
+        load_pairs(bad)
+    shown = client.predict(handle_file(bad), api_name="/check_data")
+    assert shown == f"error: bad.csv:1: {expected.value.reason}"
+    assert "질문, 라벨" in shown  # decoded from cp949, so the columns are named correctly
+    log, _ = client.predict(handle_file(bad), 1, "tiny", api_name="/train")
+    assert log == shown
+
+
+def test_good_csv_shows_the_data_report(client, tiny_csv):
+    report = client.predict(handle_file(tiny_csv), api_name="/check_data")
+    assert report.startswith("data: tiny.csv (utf-8)")
+    assert re.search(r"pairs used\s+30", report)
+
+
+def test_uploads_over_the_size_limit_are_refused(client, bot, tmp_path):
+    big = tmp_path / "big.csv"
+    big.write_text("Q,A\n" + "안녕하세요,반가워요\n" * 400_000, encoding="utf-8")
+    assert big.stat().st_size > app.MAX_UPLOAD_BYTES
+    with pytest.raises(Exception):
+        client.predict(handle_file(big), api_name="/check_data")  # the server refuses the upload
+    pairs, message = app.ChatApp(bot, tmp_path).read_csv(str(big))  # and the handler would too
+    assert pairs is None and message.startswith("error: big.csv: 파일이 너무 커요")
+
+
+def test_training_adds_a_model_that_is_listed_and_answers(client, models_root, tiny_csv):
+    before = model_dirs(models_root)
+    job = client.submit(handle_file(tiny_csv), 2, "tiny", api_name="/train")
+    first_log, _ = next(iter(job))  # the training thread holds the lock from here on
+    assert "새 모델: tiny-" in first_log
+
+    busy_log, _ = client.predict(handle_file(tiny_csv), 1, "tiny", api_name="/train")
+    assert busy_log == app.BUSY_MESSAGE
+    assert HANGUL.search(client.predict("안녕하세요", api_name="/chat"))  # chat keeps answering
+
+    log, _ = job.result()
+    assert "학습 완료" in log and "에포크 2/2" in log
+    (new,) = model_dirs(models_root) - before
+    assert re.fullmatch(r"tiny-\d{8}-\d{6}(-\d+)?", new)
+    assert new in client.predict(api_name="/models")
+    assert isinstance(client.predict("안녕하세요", model=new, api_name="/chat"), str)
+
+
+# -- the pieces behind the endpoints -----------------------------------------------------------
+
+def test_long_question_is_cut_with_a_notice():
+    question, notice = app.clip_question("가" * 500)
+    assert question == "가" * app.MAX_QUESTION_CHARS and str(app.MAX_QUESTION_CHARS) in notice
+    assert app.clip_question("  안녕  ") == ("안녕", "")
+
+
+def test_chat_streams_a_growing_reply_and_shows_text_not_html(bot, models_root):
+    ui = app.ChatApp(bot, models_root)
+    updates = list(ui.respond("<b>배고파</b>", [], "tiny", "greedy", 4, 1.0, 0, 1.0, 1.0, 40, -1))
+    replies = [history[-1]["content"] for history, _, _ in updates]
+    assert len(replies) > 2 and all(len(a) <= len(b) for a, b in zip(replies, replies[1:]))
+    history, textbox, last_exchange = updates[-1]
+    assert history[0] == {"role": "user", "content": "&lt;b&gt;배고파&lt;/b&gt;"}
+    assert textbox == "" and last_exchange[0] == "<b>배고파</b>"
+    assert HANGUL.search(replies[-1])
+
+
+def test_model_picker_offers_only_model_directories_under_the_root(bot, tmp_path, models_root):
+    shutil.copytree(models_root / "tiny", tmp_path / "other")
+    shutil.copytree(models_root / "tiny", tmp_path / ".hidden")  # e.g. a half-written save
+    (tmp_path / "no-config").mkdir()
+    (tmp_path / "file.txt").write_text("x")
+    shelf = app.ModelShelf(tmp_path, bot)
+    assert shelf.choices() == [("tiny (시작 모델)", ""), ("other", "other")]
+    assert shelf.get("") is bot and shelf.get("other") is shelf.get("other") is not bot
+    for name in (".hidden", "no-config", "../" + tmp_path.name + "/other", str(tmp_path / "other")):
+        with pytest.raises(app.ArtifactError):
+            shelf.get(name)
+
+
+def test_attention_figure_has_a_panel_per_layer_and_head_and_works_without_korean_font(monkeypatch):
+    result = {"question_tokens": ["<s>", "안녕", "</s>"], "reply_tokens": ["반가", "워요", "</s>"],
+              "weights": np.random.default_rng(0).random((2, 3, 3, 3))}
+    grid = app.attention_figure(result)
+    panels = [ax for ax in grid.axes if ax.get_title()]
+    assert len(panels) == 6 and panels[-1].get_title() == "층 2 · 헤드 3"
+    one = app.attention_figure(result, layer=2, head=1)
+    (panel,) = [ax for ax in one.axes if ax.get_title()]
+    assert [t.get_text() for t in panel.get_xticklabels()] == result["question_tokens"]
+    assert [t.get_text() for t in panel.get_yticklabels()] == result["reply_tokens"]
+    monkeypatch.setattr(app, "korean_font", lambda: None)
+    app.render_png(app.attention_figure(result))  # boxes instead of glyphs, but no error
+
+
+def test_training_sizes_give_valid_configs():
+    for size in app.TRAINING_SIZES:
+        assert app.training_config(3, size).train.epochs == 3
+    with pytest.raises(Exception):
+        app.training_config(3, "huge")
+
+
+# -- the command line --------------------------------------------------------------------------
+
+def test_missing_or_broken_model_dir_exits_2_with_one_error_line(tmp_path, capsys, models_root):
+    broken = tmp_path / "broken"
+    shutil.copytree(models_root / "tiny", broken)
+    (broken / "model.keras").write_bytes(b"not a zip")
+    for model_dir in (tmp_path / "missing", broken):
+        with pytest.raises(SystemExit) as exit_info:
+            app.main(["--model", str(model_dir)])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1, err
+
+
+def test_help_lists_the_flags(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        app.main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert all(flag in out for flag in ("--model", "--host", "--port", "--share"))
+
+
+def test_loaded_models_keep_answering_after_training_resets_the_tensorflow_seed(bot, models_root):
+    import tensorflow as tf
+
+    ui = app.ChatApp(app.load_bot(models_root / "tiny"), models_root)
+    before = ui.chat("잘 자")
+    tf.random.set_seed(7)  # what train() does first; it drops every loaded tokenizer's resource
+    assert ui.chat("잘 자") == before
+    tf.random.set_seed(8)
+    updates = list(ui.respond("잘 자", [], "", "greedy", 4, 1.0, 0, 1.0, 1.0, 40, -1))
+    assert updates[-1][0][-1]["content"] == app.as_text(before)

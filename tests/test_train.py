@@ -1,0 +1,107 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from chatbot.artifacts import ArtifactError, load_model_dir
+from chatbot.config import ChatbotConfig
+from chatbot.data import load_pairs
+from chatbot.train import state_dir_for, train
+from conftest import REPEATS, ROOT, TINY_PAIRS, tiny_config, write_csv
+
+
+def test_tiny_model_answers_its_training_questions(tiny_bot):
+    questions = [q for q, _, _ in TINY_PAIRS]
+    answers = [a for _, a, _ in TINY_PAIRS]
+    replies = tiny_bot.reply_batch(questions)
+    right = sum(reply == answer for reply, answer in zip(replies, answers))
+    assert right >= 24, list(zip(questions, replies))  # 80% of pairs learned by heart
+    assert tiny_bot.reply("배고파") == "맛있는 거 드세요."
+
+
+def test_model_directory_is_complete_and_checked(tiny_model_dir, tmp_path):
+    names = {p.name for p in tiny_model_dir.iterdir()}
+    assert {"config.json", "tokenizer.model", "model.keras", "history.csv", "metrics.json"} <= names
+    assert not state_dir_for(tiny_model_dir).exists()  # the run's scratch space is gone
+    config = ChatbotConfig.read(tiny_model_dir / "config.json")
+    assert config.model.num_layers == 2 and len(config.tokenizer.vocab_hash) == 64
+    history = (tiny_model_dir / "history.csv").read_text().splitlines()
+    assert history[0].startswith("epoch") and len(history) == 1 + config.train.epochs
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("config.json", "model.keras"):
+        (broken / name).write_bytes((tiny_model_dir / name).read_bytes())
+    (broken / "tokenizer.model").write_bytes(b"not the vocabulary")
+    with pytest.raises(ArtifactError, match="vocabulary hash"):
+        load_model_dir(broken)
+    with pytest.raises(ArtifactError, match="missing"):
+        load_model_dir(tmp_path)
+
+
+def test_existing_output_is_never_overwritten_without_asking(tiny_model_dir):
+    before = (tiny_model_dir / "model.keras").read_bytes()
+    with pytest.raises(ArtifactError, match="already exists"):
+        train([], tiny_config(epochs=1), tiny_model_dir)
+    assert (tiny_model_dir / "model.keras").read_bytes() == before
+
+
+def _train_command(csv, out, *extra):
+    return [sys.executable, "-m", "chatbot", "train", "--data", str(csv), "--out", str(out), "--epochs", "6",
+            "--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--dff", "64", "--max-length", "16",
+            "--vocab-size", "200", "--val-fraction", "0.2", "--batch-size", "8", "--warmup-steps", "50", *extra]
+
+
+def _epochs_logged(state):
+    history = state / "history.csv"
+    return len(history.read_text().splitlines()) - 1 if history.exists() else 0
+
+
+def test_resume_after_sigkill_continues_from_the_interrupted_epoch(tmp_path):
+    csv = write_csv(tmp_path / "pairs.csv", TINY_PAIRS)
+    out = tmp_path / "model"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(_train_command(csv, out), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    state = state_dir_for(out)
+    deadline = time.time() + 240  # kill inside epoch 3, once two epochs are logged
+    while _epochs_logged(state) < 2 and time.time() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    logged = _epochs_logged(state)
+    assert 2 <= logged < 6 and not out.exists()
+
+    resumed = subprocess.run(_train_command(csv, out, "--resume"), cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"Epoch {logged + 1}/6" in resumed.stdout and "Epoch 1/6" not in resumed.stdout
+    epochs = [line.split(",")[0] for line in (out / "history.csv").read_text().splitlines()[1:]]
+    assert epochs[:logged] == [str(i) for i in range(logged)] and epochs[-1] == "5"
+
+
+def test_mirrored_strategy_trains_on_two_logical_cpus(tmp_path):
+    csv = write_csv(tmp_path / "pairs.csv", TINY_PAIRS)
+    script = f"""
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from chatbot.cli import main
+raise SystemExit(main({[*_train_command(csv, tmp_path / 'mirrored', '--strategy', 'mirrored')[3:]]!r}))
+"""
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "2 replica(s)" in result.stdout
+    assert (tmp_path / "mirrored" / "model.keras").exists()
+
+
+def test_mixed_precision_training_writes_a_float32_model(tmp_path, tiny_csv):
+    pairs, _ = load_pairs(tiny_csv)
+    out = train(pairs * REPEATS, tiny_config(epochs=1, mixed_precision=True), tmp_path / "mixed", verbose=0,
+                log=lambda *_: None)
+    _, _, model = load_model_dir(out)
+    assert model.dtype_policy.name == "float32"
