@@ -1,0 +1,84 @@
+import numpy as np
+import pytest
+
+from chatbot.tokenizer import NUM_SPECIAL, END_ID
+from conftest import TINY_PAIRS
+
+QUESTIONS = [q for q, _, _ in TINY_PAIRS]
+
+
+def test_cached_greedy_equals_naive_full_recompute(tiny_bot):
+    for question in QUESTIONS[:12] + ["처음 보는 질문이에요", "ㅋㅋㅋㅋ"]:
+        assert tiny_bot.reply(question) == tiny_bot.naive_reply(question), question
+
+
+def test_beam_width_one_equals_greedy(tiny_bot):
+    for question in QUESTIONS[:8] + ["처음 보는 질문이에요"]:
+        assert tiny_bot.reply(question, strategy="beam", num_beams=1) == tiny_bot.reply(question)
+
+
+def test_top_k_one_sampling_equals_greedy(tiny_bot):
+    for question in QUESTIONS[:8]:
+        assert tiny_bot.reply(question, strategy="sample", top_k=1, temperature=2.0) == tiny_bot.reply(question)
+
+
+def test_same_seed_same_sample_and_seeds_differ(tiny_bot):
+    options = dict(strategy="sample", temperature=3.0, seed=7)
+    assert tiny_bot.reply("배고파", **options) == tiny_bot.reply("배고파", **options)
+    samples = {tiny_bot.reply("배고파", strategy="sample", temperature=3.0, seed=seed) for seed in range(8)}
+    assert len(samples) > 1
+
+
+def test_reply_batch_equals_single_replies(tiny_bot):
+    questions = QUESTIONS[:6] + ["처음 보는 질문이에요"]
+    for options in ({}, {"strategy": "beam", "num_beams": 3}):  # a sampled row's draw depends on its batch
+        assert tiny_bot.reply_batch(questions, **options) == [tiny_bot.reply(q, **options) for q in questions]
+
+
+def test_stream_grows_to_the_reply(tiny_bot):
+    for options in ({}, {"strategy": "beam"}, {"strategy": "sample", "seed": 5}):
+        chunks = list(tiny_bot.stream("고백할까?", **options))
+        assert chunks[-1] == tiny_bot.reply("고백할까?", **options)
+        assert all(b.startswith(a.rstrip()) for a, b in zip(chunks, chunks[1:]))
+    assert len(list(tiny_bot.stream("고양이 키우고 싶어"))) > 1
+
+
+def test_replies_never_contain_special_tokens_or_exceed_max_length(tiny_bot):
+    max_length = tiny_bot.model.max_length
+    for options in ({}, {"strategy": "beam"}, {"strategy": "sample", "temperature": 5.0, "seed": 1}):
+        ids = tiny_bot.reply_ids(QUESTIONS[:10], **options)
+        assert ids.shape[1] <= max_length
+        for row in ids.tolist():
+            body = row[:row.index(END_ID)] if END_ID in row else row
+            assert all(token >= NUM_SPECIAL for token in body if token != 0)
+        for reply in tiny_bot.reply_batch(QUESTIONS[:10], **options):
+            assert "<" not in reply and "⁇" not in reply
+
+
+def test_max_new_tokens_limits_length(tiny_bot):
+    short = tiny_bot.reply_ids(["고양이 키우고 싶어"], max_new_tokens=2)[0]
+    assert np.count_nonzero(short) <= 2
+
+
+def test_no_repeat_ngram_and_repetition_penalty_prevent_loops(tiny_bot):
+    ids = tiny_bot.reply_ids(["처음 보는 질문이에요"], strategy="sample", temperature=5.0, seed=0,
+                             no_repeat_ngram_size=2, max_new_tokens=16)[0].tolist()
+    grams = [tuple(ids[i:i + 2]) for i in range(len(ids) - 1) if 0 not in ids[i:i + 2]]
+    assert len(grams) == len(set(grams))
+    penalised = tiny_bot.reply("안녕하세요", repetition_penalty=50.0)
+    assert penalised == tiny_bot.reply("안녕하세요", repetition_penalty=50.0)
+
+
+def test_attention_shapes_and_rows_sum_to_one(tiny_bot):
+    result = tiny_bot.attention("배고파")
+    weights = result["weights"]
+    assert result["reply"] == tiny_bot.reply("배고파")
+    assert weights.shape == (2, 4, len(result["reply_tokens"]), len(result["question_tokens"]))
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+
+
+def test_bad_decoding_options_are_rejected(tiny_bot):
+    with pytest.raises(ValueError):
+        tiny_bot.reply("안녕", strategy="nucleus")
+    with pytest.raises(ValueError):
+        tiny_bot.reply("안녕", top_p=0.0)
