@@ -16,6 +16,7 @@ from chatbot.artifacts import ArtifactError, check_model_dir
 from chatbot.config import (ChatbotConfig, DataConfig, GenerationConfig, ModelConfig, TokenizerConfig, TrainConfig,
                             __version__)
 from chatbot.data import DataError
+from chatbot.download import DownloadError, download_chatbot_data
 
 DEFAULT_MODEL = "models/default"
 USER_ERROR = 2
@@ -103,8 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     download = commands.add_parser("download", help="fetch the public ChatbotData.csv (songys/Chatbot_data, MIT)",
                                    description="Download ChatbotData.csv, verify its SHA-256 and write it atomically.")
-    download.add_argument("--out", default="data/ChatbotData.csv")
-    download.add_argument("--overwrite", action="store_true")
+    download.add_argument("--out", default="data/ChatbotData.csv", help="where to write it (default: %(default)s)")
+    download.add_argument("--overwrite", action="store_true", help="replace an existing file at --out")
     download.set_defaults(handler=run_download)
     return parser
 
@@ -175,8 +176,6 @@ def run_export(args) -> None:
 
 
 def run_download(args) -> None:
-    from chatbot.download import download_chatbot_data
-
     path = download_chatbot_data(args.out, overwrite=args.overwrite)
     print(f"saved: {path}\ntrain on it: python -m chatbot train --data {path} --out models/chatbotdata")
 
@@ -186,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out of the way
     try:
         args.handler(args)
-    except (UserError, DataError, ArtifactError) as error:
+    except (UserError, DataError, ArtifactError, DownloadError) as error:
         print(f"error: {error}", file=sys.stderr)
         return USER_ERROR
     except KeyboardInterrupt:

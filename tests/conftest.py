@@ -73,3 +73,11 @@ def tiny_bot(tiny_model_dir):
     from chatbot.generate import Chatbot
 
     return Chatbot.load(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def shared_chatbot_data() -> Path:
+    """The public ChatbotData.csv beside the checkout (`../shared`), for checks that need it."""
+    if not SHARED_CHATBOT_DATA.is_file():
+        pytest.skip("../shared/data/ChatbotData.csv is not present")
+    return SHARED_CHATBOT_DATA

@@ -1,0 +1,57 @@
+"""`python -m chatbot download`: checksum, atomic write, offline error. Never touches the network:
+the source is a local file:// address or a closed local port."""
+
+import hashlib
+
+import pytest
+
+from chatbot import cli, download
+from chatbot.download import DownloadError, download_chatbot_data
+
+CSV = "Q,A,label\n12시 땡!,하루가 또 가네요.,0\n".encode()
+CLOSED_PORT = "http://127.0.0.1:9/ChatbotData.csv"  # the discard port: refused at once, no network
+
+
+@pytest.fixture
+def source(tmp_path):
+    path = tmp_path / "upstream.csv"
+    path.write_bytes(CSV)
+    return path.as_uri(), hashlib.sha256(CSV).hexdigest()
+
+
+def test_a_matching_checksum_writes_the_file(source, tmp_path):
+    url, digest = source
+    out = download_chatbot_data(tmp_path / "data" / "ChatbotData.csv", url=url, sha256=digest, progress=None)
+    assert out.read_bytes() == CSV
+
+
+def test_a_wrong_checksum_writes_nothing(source, tmp_path):
+    url, _ = source
+    out = tmp_path / "ChatbotData.csv"
+    with pytest.raises(DownloadError, match="checksum mismatch"):
+        download_chatbot_data(out, url=url, sha256="0" * 64, progress=None)
+    assert list(tmp_path.iterdir()) == [tmp_path / "upstream.csv"]  # no file, no temporary left over
+
+
+def test_an_existing_file_is_kept_unless_overwrite(source, tmp_path):
+    url, digest = source
+    out = tmp_path / "ChatbotData.csv"
+    out.write_text("mine", encoding="utf-8")
+    with pytest.raises(DownloadError, match="already exists"):
+        download_chatbot_data(out, url=url, sha256=digest, progress=None)
+    assert out.read_text(encoding="utf-8") == "mine"
+    download_chatbot_data(out, url=url, sha256=digest, overwrite=True, progress=None)
+    assert out.read_bytes() == CSV
+
+
+def test_the_pinned_checksum_is_the_public_file(shared_chatbot_data):
+    assert hashlib.sha256(shared_chatbot_data.read_bytes()).hexdigest() == download.CHATBOT_DATA_SHA256
+
+
+def test_offline_the_cli_prints_one_error_line_and_exits_2(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(download, "CHATBOT_DATA_URL", CLOSED_PORT)
+    out = tmp_path / "ChatbotData.csv"
+    assert cli.main(["download", "--out", str(out)]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert errors[-1].startswith("error: cannot download") and "Traceback" not in "".join(errors)
+    assert not out.exists()
