@@ -1,0 +1,87 @@
+"""Reply latency: the naive full-recompute greedy loop vs cached compiled decoding, in one run.
+
+For 100 questions it prints p50/p95 milliseconds per reply for: the seed tutorial's naive loop
+(re-runs the encoder and the whole decoder prefix for every token), cached compiled greedy, beam
+search (width 4) and top-p sampling, single requests and batches of 32, then the speedup of cached
+greedy over naive and the cost of beam 4 relative to greedy.
+
+    python bench/decode_latency.py [--model models/default] [--questions 100]
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+SHARED = ROOT.parent / "shared" / "data" / "ChatbotData.csv"
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=str(ROOT / "models" / "default"))
+    parser.add_argument("--data", default=str(ROOT / "data" / "korean_chat.csv"), help="questions come from here")
+    parser.add_argument("--questions", type=int, default=100)
+    parser.add_argument("--naive-questions", type=int, default=100, help="how many of them the slow naive loop answers")
+    return parser.parse_args()
+
+
+def percentiles(milliseconds):
+    return np.percentile(milliseconds, 50), np.percentile(milliseconds, 95)
+
+
+def time_each(fn, items):
+    times = []
+    for item in items:
+        start = time.perf_counter()
+        fn(item)
+        times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+def main():
+    args = parse_args()
+    from chatbot.data import load_pairs
+    from chatbot.generate import Chatbot
+
+    bot = Chatbot.load(args.model)
+    pairs, _ = load_pairs(args.data)
+    questions = [p.question for p in pairs[: args.questions]]
+    print(f"model: {args.model}; {len(questions)} questions from {args.data}")
+
+    single = {
+        "naive greedy": lambda q: bot.naive_reply(q),
+        "cached greedy": lambda q: bot.reply(q),
+        "cached beam 4": lambda q: bot.reply(q, strategy="beam", num_beams=4),
+        "cached top-p 0.9": lambda q: bot.reply(q, strategy="sample", top_p=0.9, seed=0),
+    }
+    for fn in single.values():  # compile / trace everything once before timing
+        fn(questions[0])
+    results = {}
+    for name, fn in single.items():
+        items = questions[: args.naive_questions] if name.startswith("naive") else questions
+        results[name] = percentiles(time_each(fn, items))
+
+    batches = [questions[i:i + 32] for i in range(0, len(questions), 32)]
+    batch_fns = {
+        "batch32 greedy": lambda b: bot.reply_batch(b),
+        "batch32 beam 4": lambda b: bot.reply_batch(b, strategy="beam", num_beams=4),
+        "batch32 top-p 0.9": lambda b: bot.reply_batch(b, strategy="sample", top_p=0.9, seed=0),
+    }
+    for name, fn in batch_fns.items():
+        fn(batches[0])
+        per_reply = [t / len(b) for t, b in zip(time_each(fn, batches), batches)]
+        results[name] = percentiles(per_reply)
+
+    print(f"{'':20s} {'p50 ms':>9s} {'p95 ms':>9s}   (per reply)")
+    for name, (p50, p95) in results.items():
+        print(f"{name:20s} {p50:9.2f} {p95:9.2f}")
+    print(f"speedup cached greedy over naive (p50): {results['naive greedy'][0] / results['cached greedy'][0]:.1f}x")
+    print(f"beam 4 cost relative to greedy (p50): {results['cached beam 4'][0] / results['cached greedy'][0]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""SentencePiece (what the package uses) vs tensorflow-text's WordPiece, measured side by side.
+
+For each tokenizer, learned from the same training split: round-trip fidelity of
+detokenize(tokenize(text)) on every question and answer, tokens per sentence, and the validation
+loss after the same short training of the same model. Loss per token depends on how finely a
+tokenizer cuts, so the comparable figure is nats per validation answer (the sum over its tokens).
+
+    python bench/tokenizer_compare.py [--data CSV] [--epochs 5] [--vocab-size 8000]
+
+Data: ../shared/data/ChatbotData.csv when present, else the bundled data/korean_chat.csv.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+SHARED = ROOT.parent / "shared" / "data" / "ChatbotData.csv"
+WORDPIECE_RESERVED = ["[PAD]", "[START]", "[END]", "[UNK]"]  # the package's ids 0..3
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=str(SHARED if SHARED.exists() else ROOT / "data" / "korean_chat.csv"))
+    parser.add_argument("--epochs", type=int, default=5, help="training epochs per tokenizer")
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--batch-size", type=int, default=64)
+    return parser.parse_args()
+
+
+class WordPiece:
+    """tensorflow-text's BERT WordPiece with cased text (lower_case=True would NFD-split Hangul into jamo)."""
+
+    def __init__(self, texts, vocab_size):
+        import tensorflow as tf
+        import tensorflow_text as tf_text
+        from tensorflow_text.tools.wordpiece_vocab.bert_vocab_from_dataset import bert_vocab_from_dataset
+
+        params = dict(lower_case=False)
+        vocab = bert_vocab_from_dataset(tf.data.Dataset.from_tensor_slices(texts).batch(1000), vocab_size,
+                                        WORDPIECE_RESERVED, bert_tokenizer_params=params)
+        table = tf.lookup.StaticVocabularyTable(
+            tf.lookup.KeyValueTensorInitializer(vocab, tf.range(len(vocab), dtype=tf.int64)), num_oov_buckets=1)
+        self.tf, self.vocab_size = tf, len(vocab) + 1
+        self.bert = tf_text.BertTokenizer(table, token_out_type=tf.int32, unknown_token="[UNK]", **params)
+
+    def tokenize(self, texts):
+        return self.bert.tokenize(self.tf.constant(texts)).merge_dims(-2, -1)
+
+    def detokenize_texts(self, ids):
+        words = self.bert.detokenize(ids)
+        return [s.decode("utf-8") for s in self.tf.strings.reduce_join(words, axis=-1, separator=" ").numpy()]
+
+
+def fidelity(texts, tokenize, detokenize):
+    ids = tokenize(texts)
+    back = detokenize(ids)
+    lengths = ids.row_lengths().numpy()
+    same = sum(a == b for a, b in zip(texts, back))
+    example = next(((a, b) for a, b in zip(texts, back) if a != b), None)
+    return same / len(texts), float(lengths.mean()), example
+
+
+def validation_nats(tokenize, vocab_size, train_pairs, val_pairs, args):
+    """Mean masked loss per token and per answer on the validation split after a short training."""
+    import keras
+    import numpy as np
+
+    from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy, transformer_optimizer
+    from chatbot.model import Transformer
+    from chatbot.pipeline import make_dataset
+
+    def dataset(pairs, shuffle):
+        return make_dataset(tokenize([p.question for p in pairs]), tokenize([p.answer for p in pairs]),
+                            max_length=40, batch_size=args.batch_size, shuffle=shuffle)
+
+    train, val = dataset(train_pairs, True), dataset(val_pairs, False)
+    keras.utils.set_random_seed(0)  # after tokenizing: it also drops TensorFlow's SentencePiece resources
+    model = Transformer(vocab_size, num_layers=2, dropout=0.0)
+    model.compile(optimizer=transformer_optimizer(128, 1000), loss=MaskedSparseCrossEntropy(),
+                  metrics=[MaskedAccuracy()])
+    model.fit(train, epochs=args.epochs, verbose=2, shuffle=False)  # the dataset shuffles itself
+    loss, _ = model.evaluate(val, verbose=0)
+    tokens = sum(int(np.count_nonzero(targets)) for _, targets in val)
+    answers = sum(int(targets.shape[0]) for _, targets in val)
+    return loss, loss * tokens / answers
+
+
+def main():
+    args = parse_args()
+    from chatbot.data import load_pairs, split_by_question
+    from chatbot.tokenizer import Tokenizer
+
+    pairs, _ = load_pairs(args.data)
+    train_pairs, val_pairs = split_by_question(pairs, 0.1, 42)
+    train_texts = [p.question for p in train_pairs] + [p.answer for p in train_pairs]
+    all_texts = [p.question for p in pairs] + [p.answer for p in pairs]
+    print(f"data: {args.data} ({len(pairs)} pairs: {len(train_pairs)} train / {len(val_pairs)} validation)")
+
+    sentencepiece = Tokenizer.train(train_texts, args.vocab_size)
+    wordpiece = WordPiece(train_texts, args.vocab_size)
+    candidates = {
+        "SentencePiece": (sentencepiece.tokenize, lambda ids: sentencepiece.decode(ids.to_list()),
+                          sentencepiece.vocab_size),
+        "WordPiece": (wordpiece.tokenize, wordpiece.detokenize_texts, wordpiece.vocab_size),
+    }
+    rows = {}
+    for name, (tokenize, detokenize, vocab_size) in candidates.items():
+        exact, per_sentence, example = fidelity(all_texts, tokenize, detokenize)
+        print(f"\n{name}: vocabulary {vocab_size}, round trip exact {exact:.1%}, {per_sentence:.2f} tokens/sentence")
+        if example:
+            print(f"  e.g. {example[0]!r} -> {example[1]!r}")
+        per_token, per_answer = validation_nats(tokenize, vocab_size, train_pairs, val_pairs, args)
+        rows[name] = (vocab_size, exact, per_sentence, per_token, per_answer)
+
+    print(f"\n{'':14s} {'vocab':>6s} {'round trip':>11s} {'tokens/sent':>12s} {'val loss/token':>15s} "
+          f"{'val nats/answer':>16s}   (after {args.epochs} epochs, same model)")
+    for name, (vocab_size, exact, per_sentence, per_token, per_answer) in rows.items():
+        print(f"{name:14s} {vocab_size:6d} {exact:11.1%} {per_sentence:12.2f} {per_token:15.3f} {per_answer:16.2f}")
+
+
+if __name__ == "__main__":
+    main()

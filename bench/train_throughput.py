@@ -1,0 +1,89 @@
+"""Training throughput: bucketed batches vs padding every batch to max_length (the seed tutorial's way).
+
+Both pipelines feed the same model the same pairs; the script times training steps of each, side
+by side in one run, and prints non-pad target tokens per second and their ratio.
+
+    python bench/train_throughput.py [--data CSV] [--steps 40] [--batch-size 64]
+
+Data: ../shared/data/ChatbotData.csv when present, else the bundled data/korean_chat.csv.
+"""
+
+import argparse
+import itertools
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+SHARED = ROOT.parent / "shared" / "data" / "ChatbotData.csv"
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=str(SHARED if SHARED.exists() else ROOT / "data" / "korean_chat.csv"))
+    parser.add_argument("--steps", type=int, default=40, help="timed steps per pipeline and round")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (the machine is noisy)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--max-length", type=int, default=40)
+    return parser.parse_args()
+
+
+def main():
+    args = parse_args()
+    import keras
+    import tensorflow as tf
+
+    from chatbot.data import load_pairs
+    from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy, transformer_optimizer
+    from chatbot.model import Transformer
+    from chatbot.pipeline import make_dataset
+    from chatbot.tokenizer import Tokenizer
+
+    pairs, _ = load_pairs(args.data)
+    tokenizer = Tokenizer.train([p.question for p in pairs] + [p.answer for p in pairs], 8000)
+    questions = tokenizer.tokenize([p.question for p in pairs])
+    answers = tokenizer.tokenize([p.answer for p in pairs])
+    print(f"data: {args.data} ({len(pairs)} pairs), vocabulary {tokenizer.vocab_size}, batch {args.batch_size}")
+
+    model = Transformer(tokenizer.vocab_size, max_length=args.max_length)
+    model.compile(optimizer=transformer_optimizer(128), loss=MaskedSparseCrossEntropy(), metrics=[MaskedAccuracy()])
+    pipelines = {
+        name: make_dataset(questions, answers, max_length=args.max_length, batch_size=args.batch_size,
+                           bucketed=bucketed).repeat()
+        for name, bucketed in (("bucketed", True), ("padded", False))
+    }
+    batches = {name: iter(data) for name, data in pipelines.items()}
+
+    @tf.function(reduce_retracing=True)
+    def step(inputs, targets):
+        with tf.GradientTape() as tape:
+            loss = model.loss(targets, model(inputs, training=True))
+        model.optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                            model.trainable_variables))
+        return loss
+
+    def run(name, steps):
+        tokens, start = 0, time.perf_counter()
+        for inputs, targets in itertools.islice(batches[name], steps):
+            step(inputs, targets)
+            tokens += int(tf.math.count_nonzero(targets))
+        return tokens, time.perf_counter() - start
+
+    for name in pipelines:  # warm up: trace every bucket shape before timing
+        run(name, 60)
+    totals = {name: [0, 0.0] for name in pipelines}
+    for _ in range(args.rounds):
+        for name in pipelines:
+            tokens, seconds = run(name, args.steps)
+            totals[name][0] += tokens
+            totals[name][1] += seconds
+    rates = {name: tokens / seconds for name, (tokens, seconds) in totals.items()}
+    for name, rate in rates.items():
+        print(f"{name:9s} {rate:10.0f} non-pad target tokens/s  ({totals[name][0]} tokens in {totals[name][1]:.1f} s)")
+    print(f"ratio bucketed/padded: {rates['bucketed'] / rates['padded']:.2f}x")
+    keras.backend.clear_session()
+
+
+if __name__ == "__main__":
+    main()
