@@ -2,6 +2,7 @@
 
 import csv
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,16 @@ def shared_chatbot_data() -> Path:
     if not SHARED_CHATBOT_DATA.is_file():
         pytest.skip("../shared/data/ChatbotData.csv is not present")
     return SHARED_CHATBOT_DATA
+
+
+def launch_app(bot, models_root):
+    """Serve the Gradio app in this process on a free local port; returns (demo, url)."""
+    import app
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    demo = app.build_demo(bot, models_root=models_root)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
+                            **app.LAUNCH_OPTIONS)
+    return demo, url

@@ -3,7 +3,6 @@
 
 import re
 import shutil
-import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -12,15 +11,10 @@ import pytest
 from gradio_client import Client, handle_file
 
 import app
+from conftest import launch_app
 
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
 QUESTIONS = ["안녕하세요", "배고파", "너무 피곤해", "비 온다", "헤어졌어", "외로워", "고백할까?", "잘 자"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +32,7 @@ def bot(models_root):
 
 @pytest.fixture(scope="module")
 def url(bot, models_root):
-    demo = app.build_demo(bot, models_root=models_root)
-    _, local_url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(),
-                                  quiet=True, **app.LAUNCH_OPTIONS)
+    demo, local_url = launch_app(bot, models_root)
     yield local_url
     demo.close()
 
@@ -143,7 +135,7 @@ def test_uploads_over_the_size_limit_are_refused(client, bot, tmp_path):
 
 def test_training_adds_a_model_that_is_listed_and_answers(client, models_root, tiny_csv):
     before = model_dirs(models_root)
-    job = client.submit(handle_file(tiny_csv), 2, "tiny", api_name="/train")
+    job = client.submit(handle_file(tiny_csv), 1, "tiny", api_name="/train")
     first_log, _ = next(iter(job))  # the training thread holds the lock from here on
     assert "새 모델: tiny-" in first_log
 
@@ -152,7 +144,7 @@ def test_training_adds_a_model_that_is_listed_and_answers(client, models_root, t
     assert HANGUL.search(client.predict("안녕하세요", api_name="/chat"))  # chat keeps answering
 
     log, _ = job.result()
-    assert "학습 완료" in log and "에포크 2/2" in log
+    assert "학습 완료" in log and "에포크 1/1 · loss" in log
     (new,) = model_dirs(models_root) - before
     assert re.fullmatch(r"tiny-\d{8}-\d{6}(-\d+)?", new)
     assert new in client.predict(api_name="/models")
@@ -237,7 +229,7 @@ def test_help_lists_the_flags(capsys):
 def test_loaded_models_keep_answering_after_training_resets_the_tensorflow_seed(bot, models_root):
     import tensorflow as tf
 
-    ui = app.ChatApp(app.load_bot(models_root / "tiny"), models_root)
+    ui = app.ChatApp(bot, models_root)
     before = ui.chat("잘 자")
     tf.random.set_seed(7)  # what train() does first; it drops every loaded tokenizer's resource
     assert ui.chat("잘 자") == before

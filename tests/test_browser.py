@@ -1,0 +1,102 @@
+"""The chat page in a real browser: headless Chromium from Debian's `chromium` package, driven with
+Playwright (never a downloaded browser). Skipped when /usr/bin/chromium is missing, unless CI is set."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import app
+from conftest import launch_app
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+WAIT_MS = 120_000  # an upper bound for a stuck page, not a speed requirement
+
+# Records every text the last bot message shows, so the test can see the reply grow token by token.
+WATCH_REPLIES = """() => {
+  window.seenReplies = [];
+  new MutationObserver(() => {
+    const bots = document.querySelectorAll('#chat [data-testid="bot"]');
+    const text = bots.length ? bots[bots.length - 1].innerText.trim() : "";
+    if (text && text !== window.seenReplies[window.seenReplies.length - 1]) window.seenReplies.push(text);
+  }).observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def require_browser():
+    reason = None
+    if not CHROMIUM.exists():
+        reason = f"{CHROMIUM} not found (apt-get install -y chromium)"
+    else:
+        try:
+            import playwright.sync_api  # noqa: F401
+        except ImportError:
+            reason = "the playwright Python package is not installed"
+    if reason and os.environ.get("CI"):
+        pytest.fail(f"browser test must run in CI: {reason}")
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory, tiny_model_dir):
+    require_browser()
+    root = tmp_path_factory.mktemp("browser-models")
+    shutil.copytree(tiny_model_dir, root / "tiny")
+    demo, local_url = launch_app(app.load_bot(root / "tiny"), root)
+    yield local_url
+    demo.close()
+
+
+@pytest.fixture()
+def page(url):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900}, locale="ko-KR")
+        page.set_default_timeout(WAIT_MS)
+        page.goto(url)
+        yield page
+        browser.close()
+
+
+def screenshot_paths(tmp_path: Path, name: str) -> list[Path]:
+    paths = [tmp_path / name]
+    if os.environ.get("CHATBOT_SCREENSHOT_DIR"):
+        paths.append(Path(os.environ["CHATBOT_SCREENSHOT_DIR"]) / name)
+    return paths
+
+
+def ask(page, question: str) -> None:
+    box = page.locator("#question textarea")
+    box.fill(question)
+    box.press("Enter")
+
+
+def test_question_gets_a_streamed_reply_shown_as_text(page, url, tmp_path):
+    from gradio_client import Client
+    from playwright.sync_api import expect
+
+    expected = Client(url, verbose=False).predict("배고파", api_name="/chat")  # greedy, as the page's defaults
+    page.evaluate(WATCH_REPLIES)
+    ask(page, "배고파")
+    bots = page.locator('#chat [data-testid="bot"]')
+    expect(bots.last).to_have_text(expected)
+    expect(page.locator('#chat [data-testid="user"]').last).to_have_text("배고파")
+    seen = page.evaluate("window.seenReplies")
+    assert len(seen) >= 2 and seen[-1] == expected, seen  # it grew in steps, not all at once
+    assert all(expected.startswith(partial.rstrip()) for partial in seen), seen
+
+    ask(page, "<b>굵게</b> <img src=x>")
+    expect(bots).to_have_count(2)
+    expect(page.locator('#chat [data-testid="user"]').last).to_have_text("<b>굵게</b> <img src=x>")
+    assert page.locator("#chat b, #chat img[src=x]").count() == 0  # markup shown as text, never rendered
+
+    for path in screenshot_paths(tmp_path, "chat.png"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(path), full_page=True)
+        assert path.stat().st_size > 10_000
