@@ -207,8 +207,8 @@ def render_png(figure: Figure) -> Figure:
 
 # -- training in the background --------------------------------------------------------------
 
-# Dropout off: on a few thousand short pairs it kept the post-LN model from learning to use the
-# question at all (measured on the bundled set); "base" is the recipe of models/default.
+# Dropout off: in the few hundred steps of a web-UI run it slowed learning on small CSVs many times
+# over (measured on the bundled set). "base" is the design model with the warmup of models/default.
 TRAINING_SIZES = {  # name: (model, tokenizer vocabulary target, batch size, warmup steps)
     "tiny": (ModelConfig(num_layers=1, d_model=32, num_heads=2, dff=64, dropout=0.0, max_length=24), 2000, 16, 50),
     "small": (ModelConfig(num_layers=2, d_model=64, num_heads=4, dff=256, dropout=0.0), 4000, 32, 400),
