@@ -1,0 +1,109 @@
+"""The Korean tutorial notebook runs top to bottom and teaches with the package, not a copy of it.
+
+The run uses the notebook's fast settings (CHATBOT_NOTEBOOK_FAST=1: a tiny model, two epochs) on CPU,
+with `notebooks/` as the working directory, as a reader opening it in Jupyter would have.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "notebooks" / "transformer_chatbot.ipynb"
+CELL_TIMEOUT_S = 240
+
+
+def code_cells(notebook):
+    return [cell for cell in notebook.cells if cell.cell_type == "code"]
+
+
+def tagged(notebook, tag):
+    cells = [cell for cell in code_cells(notebook) if tag in cell.metadata.get("tags", [])]
+    assert len(cells) == 1, f"expected one code cell tagged {tag!r}"
+    return cells[0]
+
+
+def text_of(cell) -> str:
+    parts = []
+    for output in cell.outputs:
+        if output.output_type == "stream":
+            parts.append(output.text)
+        elif "text/plain" in output.get("data", {}):
+            parts.append(output.data["text/plain"])
+    return "".join(parts)
+
+
+def image_count(notebook) -> int:
+    return sum("image/png" in output.get("data", {}) for cell in code_cells(notebook) for output in cell.outputs)
+
+
+@pytest.fixture(scope="module")
+def source_notebook():
+    return nbformat.read(NOTEBOOK, as_version=4)
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """The notebook executed once with a kernel on this interpreter (nothing registered globally)."""
+    # A kernel spec of our own, first on JUPYTER_PATH, so "python3" is this interpreter (the venv's
+    # ipykernel) even when the user has another "python3" kernel installed.
+    jupyter_dir = tmp_path_factory.mktemp("jupyter")
+    spec_dir = jupyter_dir / "kernels" / "python3"
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (test)", "language": "python"}))
+
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    with pytest.MonkeyPatch.context() as patch:  # the kernel process inherits this environment
+        patch.setenv("JUPYTER_PATH", str(jupyter_dir))
+        patch.setenv("CHATBOT_NOTEBOOK_FAST", "1")
+        patch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+        patch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+        client = nbclient.NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                                         resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+        client.execute()  # raises CellExecutionError naming the failing cell
+    return notebook
+
+
+def test_notebook_defines_no_classes_and_imports_the_package(source_notebook):
+    source = "\n".join(cell.source for cell in code_cells(source_notebook))
+    assert not re.search(r"^\s*class\s+\w+", source, re.M), "the tutorial must import model code, not define it"
+    assert not re.search(r"keras\.(layers\.Layer|Model)\s*\)", source)
+    for module in ("chatbot.model", "chatbot.generate", "chatbot.train", "chatbot.data"):
+        assert f"from {module} import" in source
+
+
+def test_notebook_is_committed_with_outputs(source_notebook):
+    """Browsing the repository shows the plots without running anything."""
+    plots = sum("plt.show()" in cell.source for cell in code_cells(source_notebook))
+    assert plots >= 5
+    assert image_count(source_notebook) >= plots
+    assert all(cell.execution_count for cell in code_cells(source_notebook))
+
+
+def test_notebook_runs_without_errors(executed):
+    errors = [output for cell in code_cells(executed) for output in cell.outputs if output.output_type == "error"]
+    assert not errors
+
+
+def test_every_plot_is_drawn(executed):
+    plots = sum("plt.show()" in cell.source for cell in code_cells(executed))
+    assert image_count(executed) >= plots >= 5
+
+
+def test_training_chat_and_speed_cells_report(executed):
+    assert "Epoch 2/2" in text_of(tagged(executed, "training"))
+    assert text_of(tagged(executed, "chat")).count("A:") == 5
+    assert re.search(r"naive_reply\):\s+[\d.]+ ms", text_of(tagged(executed, "speed")))
+    default = text_of(tagged(executed, "default-model"))
+    assert "건너뜁니다" in default or "greedy" in default
