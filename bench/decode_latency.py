@@ -9,22 +9,18 @@ greedy over naive and the cost of beam 4 relative to greedy.
 """
 
 import argparse
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-SHARED = ROOT.parent / "shared" / "data" / "ChatbotData.csv"
+from common import BUNDLED_DATA, ROOT
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=str(ROOT / "models" / "default"))
-    parser.add_argument("--data", default=str(ROOT / "data" / "korean_chat.csv"), help="questions come from here")
+    parser.add_argument("--data", default=str(BUNDLED_DATA), help="questions come from here")
     parser.add_argument("--questions", type=int, default=100)
     parser.add_argument("--naive-questions", type=int, default=100, help="how many of them the slow naive loop answers")
     return parser.parse_args()

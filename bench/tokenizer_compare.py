@@ -11,18 +11,15 @@ Data: ../shared/data/ChatbotData.csv when present, else the bundled data/korean_
 """
 
 import argparse
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-SHARED = ROOT.parent / "shared" / "data" / "ChatbotData.csv"
+from common import DEFAULT_DATA
+
 WORDPIECE_RESERVED = ["[PAD]", "[START]", "[END]", "[UNK]"]  # the package's ids 0..3
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=str(SHARED if SHARED.exists() else ROOT / "data" / "korean_chat.csv"))
+    parser.add_argument("--data", default=str(DEFAULT_DATA))
     parser.add_argument("--epochs", type=int, default=5, help="training epochs per tokenizer")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--batch-size", type=int, default=64)

@@ -17,20 +17,16 @@ backend, e.g. `KERAS_BACKEND=jax` on a GPU machine without TensorFlow (JAX alway
 import argparse
 import collections
 import itertools
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-SHARED = ROOT.parent / "shared" / "data" / "ChatbotData.csv"
+from common import DEFAULT_DATA
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=str(SHARED if SHARED.exists() else ROOT / "data" / "korean_chat.csv"))
+    parser.add_argument("--data", default=str(DEFAULT_DATA))
     parser.add_argument("--batches", help="read pre-tokenized batches from this .npz instead of --data")
     parser.add_argument("--save-batches", help="write the batches to this .npz and stop")
     parser.add_argument("--batch-size", type=int, default=64)

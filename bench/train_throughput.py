@@ -10,18 +10,14 @@ Data: ../shared/data/ChatbotData.csv when present, else the bundled data/korean_
 
 import argparse
 import itertools
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-SHARED = ROOT.parent / "shared" / "data" / "ChatbotData.csv"
+from common import DEFAULT_DATA
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=str(SHARED if SHARED.exists() else ROOT / "data" / "korean_chat.csv"))
+    parser.add_argument("--data", default=str(DEFAULT_DATA))
     parser.add_argument("--steps", type=int, default=40, help="timed steps per pipeline and round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (the machine is noisy)")
     parser.add_argument("--batch-size", type=int, default=64)
