@@ -235,7 +235,7 @@ class Chatbot:
         output = [START_ID]
         for _ in range(min(max_new_tokens, self.decoder.max_length)):
             logits = self.model((encoder_ids, tf.constant([output], tf.int32)), training=False)[:, -1]
-            token = int(tf.argmax(suppress_special(logits), axis=-1)[0])
+            token = int(tf.argmax(suppress_special(logits, len(output) - 1), axis=-1)[0])
             if token == END_ID:
                 break
             output.append(token)

@@ -14,10 +14,12 @@ from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID
 NEG_INF = -1e9
 
 
-def suppress_special(logits):
-    """Replies may end (END) but never contain pad/start/unk or the reserved tokens."""
+def suppress_special(logits, index):
+    """Replies may end (END) but never contain pad/start/unk or the reserved tokens. `index` is the
+    position of the last written token (0: the start token), and a reply never ends there: an
+    undertrained model's favourite first token is often END, and an empty reply helps no one."""
     ids = tf.range(tf.shape(logits)[-1])
-    allowed = (ids >= NUM_SPECIAL) | (ids == END_ID)
+    allowed = (ids >= NUM_SPECIAL) | ((ids == END_ID) & (index > 0))
     return tf.where(allowed[None], logits, NEG_INF)
 
 
@@ -50,7 +52,7 @@ def ban_repeated_ngrams(logits, tokens, index, n: int):
 
 
 def process_logits(logits, tokens, index, seen, repetition_penalty, no_repeat_ngram_size: int):
-    logits = suppress_special(logits)
+    logits = suppress_special(logits, index)
     logits = apply_repetition_penalty(logits, seen, repetition_penalty)
     return ban_repeated_ngrams(logits, tokens, index, no_repeat_ngram_size)
 

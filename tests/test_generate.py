@@ -55,6 +55,19 @@ def test_replies_never_contain_special_tokens_or_exceed_max_length(tiny_bot):
             assert "<" not in reply and "⁇" not in reply
 
 
+def test_a_reply_never_ends_before_its_first_token():
+    import tensorflow as tf
+
+    from chatbot.samplers import suppress_special
+
+    logits = np.zeros((1, NUM_SPECIAL + 2), np.float32)
+    logits[0, NUM_SPECIAL + 1], logits[0, END_ID] = 2.0, 5.0  # END is the favourite
+    first = tf.argmax(suppress_special(tf.constant(logits), tf.constant(0)), axis=-1)
+    later = tf.argmax(suppress_special(tf.constant(logits), tf.constant(3)), axis=-1)
+    assert int(first[0]) == NUM_SPECIAL + 1
+    assert int(later[0]) == END_ID
+
+
 def test_max_new_tokens_limits_length(tiny_bot):
     short = tiny_bot.reply_ids(["고양이 키우고 싶어"], max_new_tokens=2)[0]
     assert np.count_nonzero(short) <= 2
