@@ -35,6 +35,13 @@ def fits(answer_ids: tf.RaggedTensor, max_length: int) -> np.ndarray:
     return (answer_ids.row_lengths() + 1 <= max_length).numpy()
 
 
+def bucketed_batch_count(lengths: np.ndarray, boundaries: list[int], batch_size: int) -> int:
+    """Batches `bucket_by_sequence_length` makes from sequences of these lengths: bucket i holds
+    lengths in [boundaries[i-1], boundaries[i]), and each bucket ends with one partial batch."""
+    per_bucket = np.bincount(np.searchsorted(boundaries, lengths, side="right"))
+    return int(sum(-(-count // batch_size) for count in per_bucket))
+
+
 def make_dataset(question_ids: tf.RaggedTensor, answer_ids: tf.RaggedTensor, *, max_length: int,
                  batch_size: int, shuffle: bool = True, seed: int = 42, bucketed: bool = True) -> tf.data.Dataset:
     """Batches for `Transformer.fit`. Answers too long to end inside `max_length` are dropped
@@ -65,6 +72,11 @@ def make_dataset(question_ids: tf.RaggedTensor, answer_ids: tf.RaggedTensor, *, 
             bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
             pad_to_bucket_boundary=True,
         )
+        # tf.data cannot know how many batches bucketing makes; telling it gives the first epoch a
+        # real progress bar (not "Unknown") and spares Keras' "input ran out of data" warning.
+        lengths = np.maximum(encoder.row_lengths().numpy(), decoder.row_lengths().numpy() - 1)
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(bucketed_batch_count(lengths, boundaries,
+                                                                                            batch_size)))
     else:
         dataset = dataset.padded_batch(batch_size, padded_shapes=(([max_length], [max_length]), [max_length]))
     return dataset.prefetch(tf.data.AUTOTUNE)

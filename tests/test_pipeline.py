@@ -42,3 +42,11 @@ def test_bucketing_keeps_padding_low():
         return real / total
 
     assert real_share(bucketed) > 0.8 > 0.5 > real_share(padded)
+
+
+def test_bucketed_dataset_knows_its_batch_count():
+    rng = np.random.default_rng(1)
+    rows = [[7] * int(n) for n in rng.integers(1, 38, size=300)]
+    for batch_size in (1, 7, 64, 500):
+        dataset = make_dataset(ragged(rows), ragged(rows[::-1]), max_length=40, batch_size=batch_size)
+        assert int(dataset.cardinality()) == len(list(dataset)) > 0
