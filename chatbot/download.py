@@ -52,13 +52,14 @@ def fetch(url: str, timeout: float = 30.0, progress=sys.stderr) -> bytes:
 def download_chatbot_data(out: str | Path, *, overwrite: bool = False, url: str | None = None,
                           sha256: str | None = None, progress=sys.stderr) -> Path:
     """Download ChatbotData.csv to `out`, check its SHA-256, and write it atomically. Returns `out`."""
-    out, url, sha256 = Path(out), url or CHATBOT_DATA_URL, sha256 or CHATBOT_DATA_SHA256
+    out, url, sha256 = Path(out), url or CHATBOT_DATA_URL, (sha256 or CHATBOT_DATA_SHA256).strip().lower()
     if out.exists() and not overwrite:
         raise DownloadError(f"{out} already exists; pass --overwrite to replace it")
     data = fetch(url, progress=progress)
     digest = sha256_hex(data)
     if digest != sha256:
-        raise DownloadError(f"checksum mismatch for {url}: expected sha256 {sha256}, got {digest}; nothing written")
+        raise DownloadError(f"checksum mismatch for {url}: expected sha256 {sha256}, got {digest}; nothing written "
+                            f"(if upstream changed the file and you trust it: --sha256 {digest})")
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out, data)
     return out

@@ -55,3 +55,15 @@ def test_offline_the_cli_prints_one_error_line_and_exits_2(monkeypatch, tmp_path
     errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert errors[-1].startswith("error: cannot download") and "Traceback" not in "".join(errors)
     assert not out.exists()
+
+
+def test_a_changed_upstream_file_names_the_flag_that_accepts_it(monkeypatch, source, tmp_path, capsys):
+    url, digest = source
+    monkeypatch.setattr(download, "CHATBOT_DATA_URL", url)
+    out = tmp_path / "ChatbotData.csv"
+    assert cli.main(["download", "--out", str(out)]) == 2  # the pinned checksum is not this file's
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("error: checksum mismatch") and f"--sha256 {digest}" in error
+    assert not out.exists()
+    assert cli.main(["download", "--out", str(out), "--sha256", digest.upper()]) == 0
+    assert out.read_bytes() == CSV
