@@ -137,8 +137,9 @@ class ModelShelf:
 
 
 def lost_tokenizer(error: Exception) -> bool:
-    """True for the error a loaded model raises after `tf.random.set_seed` (called by `train()`) cleared
-    TensorFlow's kernel cache, and with it the SentencePiece resource its tokenizer was using."""
+    """True for the error a loaded model raises after `tf.random.set_seed` cleared TensorFlow's kernel
+    cache, and with it the SentencePiece resource its tokenizer was using. `train()` avoids that call,
+    but any code in this process may make it (`keras.utils.set_random_seed` does)."""
     return type(error).__name__ == "NotFoundError" and "SentencepieceOp" in str(error)
 
 
@@ -333,8 +334,8 @@ class ChatApp:
             raise gr.Error(f"모델을 불러오지 못했어요: {error}") from None
 
     def with_model(self, name: str | None, use):
-        """`use(bot)` with the named model. Training in this process drops the tokenizers of the models
-        already loaded (see `lost_tokenizer`): then load the model again and retry once."""
+        """`use(bot)` with the named model. If the model's tokenizer was dropped (see `lost_tokenizer`),
+        load the model again and retry once."""
         bot = self.model(name)
         try:
             return use(bot)

@@ -13,10 +13,12 @@ import csv
 import dataclasses
 import json
 import math
+import random
 import shutil
 from pathlib import Path
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from chatbot.artifacts import HISTORY_FILE, METRICS_FILE, ArtifactError, save_model_dir
@@ -91,13 +93,24 @@ def _dataset(tokenizer, pairs, config, shuffle):
     return dataset, int((~fits(answers, config.model.max_length)).sum())
 
 
+def seed_generators(seed: int) -> None:
+    """Make weights and dropout reproducible: Keras draws layer seeds from Python's `random`.
+
+    Deliberately not `keras.utils.set_random_seed`: its `tf.random.set_seed` clears TensorFlow's
+    kernel cache, which deletes the SentencePiece resource of every tokenizer already loaded in
+    this process (a chatbot answering in the web app or the notebook). Shuffling has its own seed.
+    """
+    random.seed(seed)
+    np.random.seed(seed)
+
+
 def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, resume: bool = False,
           overwrite: bool = False, callbacks=(), verbose: int | str = "auto", log=print) -> Path:
     """Train on `pairs` and write a model directory at `out_dir`. Returns its path."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not overwrite:
         raise ArtifactError(f"{out_dir} already exists; choose another --out or pass --overwrite")
-    keras.utils.set_random_seed(config.train.seed)
+    seed_generators(config.train.seed)
     train_pairs, val_pairs = split_by_question(pairs, config.data.val_fraction, config.data.seed)
     state = state_dir_for(out_dir)
     tokenizer = _prepare_state(state, config, train_pairs, resume)

@@ -226,12 +226,12 @@ def test_help_lists_the_flags(capsys):
     assert all(flag in out for flag in ("--model", "--host", "--port", "--share"))
 
 
-def test_loaded_models_keep_answering_after_training_resets_the_tensorflow_seed(bot, models_root):
+def test_loaded_models_keep_answering_after_the_tensorflow_seed_is_reset(bot, models_root):
     import tensorflow as tf
 
     ui = app.ChatApp(bot, models_root)
     before = ui.chat("잘 자")
-    tf.random.set_seed(7)  # what train() does first; it drops every loaded tokenizer's resource
+    tf.random.set_seed(7)  # keras.utils.set_random_seed does this; it drops every loaded tokenizer's resource
     assert ui.chat("잘 자") == before
     tf.random.set_seed(8)
     updates = list(ui.respond("잘 자", [], "", "greedy", 4, 1.0, 0, 1.0, 1.0, 40, -1))
