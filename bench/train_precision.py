@@ -9,9 +9,11 @@ train as well as float32, not only faster.
 
 Meant for a GPU, where `train` turns mixed precision and XLA on by default; CPU figures say little
 about a GPU. Only full batches are timed, and every batch shape compiles once per setting before
-timing (20-30 s per shape on an H100 under JAX): `--shapes N` keeps the N most common. Batches come from the package's tf.data pipeline. `--save-batches F.npz`
-writes them and `--batches F.npz` reads them back, so the timing also runs on another Keras 3
-backend, e.g. `KERAS_BACKEND=jax` on a GPU machine without TensorFlow (JAX always compiles with XLA).
+timing (20-30 s per shape on an H100 under JAX): `--shapes N` keeps the N most common.
+
+Batches come from the package's tf.data pipeline. `--save-batches F.npz` writes them and
+`--batches F.npz` reads them back, so the timing also runs on another Keras 3 backend, e.g.
+`KERAS_BACKEND=jax` on a GPU machine without TensorFlow (JAX always compiles with XLA).
 """
 
 import argparse
