@@ -1,4 +1,5 @@
-"""What the benchmarks share: the project root on `sys.path` and the default data file.
+"""What the benchmarks share: the project root on `sys.path`, the default data file, and the
+tokenized pairs the training benchmarks start from.
 
 Scripts run as `python bench/<name>.py`, so this directory is on `sys.path` and `import common` works.
 """
@@ -13,3 +14,14 @@ BUNDLED_DATA = ROOT / "data" / "korean_chat.csv"
 SHARED_DATA = ROOT.parent / "shared" / "data" / "ChatbotData.csv"
 # The public ChatbotData set when it sits beside the checkout, else the bundled set.
 DEFAULT_DATA = SHARED_DATA if SHARED_DATA.exists() else BUNDLED_DATA
+
+
+def tokenized_pairs(path, vocab_size: int):
+    """Load a Q&A CSV and learn a tokenizer on it: (pairs, tokenizer, question ids, answer ids)."""
+    from chatbot.data import load_pairs
+    from chatbot.tokenizer import Tokenizer
+
+    pairs, _ = load_pairs(path)
+    questions, answers = [p.question for p in pairs], [p.answer for p in pairs]
+    tokenizer = Tokenizer.train(questions + answers, vocab_size)
+    return pairs, tokenizer, tokenizer.tokenize(questions), tokenizer.tokenize(answers)

@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from common import DEFAULT_DATA
+from common import DEFAULT_DATA, tokenized_pairs
 
 
 def parse_args():
@@ -46,15 +46,10 @@ def parse_args():
 
 def make_batches(args):
     """One epoch of the training pipeline's batches as numpy arrays, plus the vocabulary size."""
-    from chatbot.data import load_pairs
     from chatbot.pipeline import make_dataset
-    from chatbot.tokenizer import Tokenizer
 
-    pairs, _ = load_pairs(args.data)
-    tokenizer = Tokenizer.train([p.question for p in pairs] + [p.answer for p in pairs], args.vocab_size)
-    dataset = make_dataset(tokenizer.tokenize([p.question for p in pairs]),
-                           tokenizer.tokenize([p.answer for p in pairs]),
-                           max_length=args.max_length, batch_size=args.batch_size)
+    pairs, tokenizer, questions, answers = tokenized_pairs(args.data, args.vocab_size)
+    dataset = make_dataset(questions, answers, max_length=args.max_length, batch_size=args.batch_size)
     batches = [((enc.numpy(), dec.numpy()), tgt.numpy()) for (enc, dec), tgt in dataset]
     print(f"data: {args.data} ({len(pairs)} pairs), vocabulary {tokenizer.vocab_size}, "
           f"{len(batches)} batches of {args.batch_size}")
@@ -83,7 +78,8 @@ def main():
     else:
         batches, vocab_size = make_batches(args)
     # Only full batches: every distinct shape is one more compilation per setting under XLA.
-    batches = [b for b in batches if len(b[1]) == max(len(c[1]) for c in batches)]
+    full = max(len(targets) for _, targets in batches)
+    batches = [b for b in batches if len(b[1]) == full]
     if args.shapes:
         counts = collections.Counter(b[1].shape for b in batches)
         kept = {shape for shape, _ in counts.most_common(args.shapes)}

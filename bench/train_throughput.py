@@ -12,7 +12,7 @@ import argparse
 import itertools
 import time
 
-from common import DEFAULT_DATA
+from common import DEFAULT_DATA, tokenized_pairs
 
 
 def parse_args():
@@ -30,16 +30,11 @@ def main():
     import keras
     import tensorflow as tf
 
-    from chatbot.data import load_pairs
     from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy, transformer_optimizer
     from chatbot.model import Transformer
     from chatbot.pipeline import make_dataset
-    from chatbot.tokenizer import Tokenizer
 
-    pairs, _ = load_pairs(args.data)
-    tokenizer = Tokenizer.train([p.question for p in pairs] + [p.answer for p in pairs], 8000)
-    questions = tokenizer.tokenize([p.question for p in pairs])
-    answers = tokenizer.tokenize([p.answer for p in pairs])
+    pairs, tokenizer, questions, answers = tokenized_pairs(args.data, 8000)
     print(f"data: {args.data} ({len(pairs)} pairs), vocabulary {tokenizer.vocab_size}, batch {args.batch_size}")
 
     model = Transformer(tokenizer.vocab_size, max_length=args.max_length)
