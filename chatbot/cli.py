@@ -1,4 +1,4 @@
-"""Command line: `python -m chatbot {train,chat,export,download}`.
+"""Command line: `python -m chatbot {train,chat,eval,export,download}`.
 
 Owns: argparse, turning user mistakes into one `error: ...` line and exit status 2, and
 nothing else: every subcommand calls into the package. TensorFlow is imported only inside the
@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from chatbot.artifacts import ArtifactError, check_model_dir
-from chatbot.config import (ChatbotConfig, DataConfig, GenerationConfig, ModelConfig, TokenizerConfig, TrainConfig,
-                            __version__)
+from chatbot.config import (SELECTIONS, ChatbotConfig, DataConfig, GenerationConfig, ModelConfig, TokenizerConfig,
+                            TrainConfig, __version__)
 from chatbot.data import DataError
 from chatbot.download import DownloadError, download_chatbot_data
 
@@ -61,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     m, t = ModelConfig(), TrainConfig()
     train = commands.add_parser("train", help="train a chatbot on a Q&A CSV",
                                 description="Train a chatbot on a Q&A CSV (columns Q,A[,label]) and write a model directory.")
-    train.add_argument("--data", required=True, help="CSV with question/answer columns (Q,A or question,answer; label optional)")
+    train.add_argument("--data", required=True, action="append", metavar="CSV",
+                       help="CSV with question/answer columns (Q,A or question,answer; label optional); "
+                            "repeat to train on several files")
     train.add_argument("--out", required=True, help="model directory to create")
     train.add_argument("--overwrite", action="store_true", help="replace --out if it exists (only once training succeeded)")
     train.add_argument("--resume", action="store_true", help="continue an interrupted run of the same --out")
@@ -75,12 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--dff", type=int, default=m.dff, help="feed-forward width")
     train.add_argument("--dropout", type=float, default=m.dropout)
     train.add_argument("--warmup-steps", type=int, default=t.warmup_steps)
+    train.add_argument("--peak-learning-rate", type=float, default=t.peak_learning_rate, metavar="LR",
+                       help="where the warmup schedule peaks (default: %(default)s; unset: the paper's "
+                            "d_model^-0.5 * warmup^-0.5)")
     train.add_argument("--label-smoothing", type=float, default=t.label_smoothing)
     train.add_argument("--val-fraction", type=float, default=DataConfig().val_fraction,
                        help="share of questions held out for validation")
     train.add_argument("--seed", type=int, default=t.seed)
+    train.add_argument("--select", choices=SELECTIONS, default=t.select,
+                       help="which epoch to keep: chrf = best replies to the validation questions (chrF), "
+                            "loss = lowest validation loss, last = the last one (default: %(default)s)")
     train.add_argument("--early-stopping", type=int, default=0, metavar="PATIENCE",
-                       help="stop after this many epochs without validation improvement (0: off)")
+                       help="stop after this many epochs without improvement of the --select metric (0: off)")
     train.add_argument("--strategy", choices=["auto", "mirrored", "multi-worker"], default="auto",
                        help="tf.distribute: mirrored = all local GPUs; multi-worker = machines in TF_CONFIG")
     train.add_argument("--no-mixed-precision", dest="mixed_precision", action="store_false", default=None,
@@ -94,6 +102,21 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--question", "-q", help="answer this one question and exit")
     _add_decoding_flags(chat)
     chat.set_defaults(handler=run_chat)
+
+    evaluate = commands.add_parser("eval", help="measure a model on held-out Q&A pairs (JSON metrics)",
+                                   description="Answer every question of a Q&A CSV and score the replies against its "
+                                               "answers. Prints one JSON object: n, loss, perplexity, token_accuracy "
+                                               "(teacher-forced), chrf, bleu_char (BLEU over characters), "
+                                               "exact_match, unique_ratio, distinct_1, distinct_2, mean_reply_chars, "
+                                               "ms_per_reply_p50/p95. Use questions the model never saw.")
+    evaluate.add_argument("--model", default=DEFAULT_MODEL, help=f"model directory (default: {DEFAULT_MODEL})")
+    evaluate.add_argument("--data", required=True, metavar="CSV", help="Q&A CSV to evaluate on")
+    evaluate.add_argument("--replies", metavar="OUT.csv", help="also write Q,A,reply rows to this CSV")
+    evaluate.add_argument("--overwrite", action="store_true", help="replace an existing --replies file")
+    evaluate.add_argument("--latency-sample", type=int, default=50, metavar="N",
+                          help="time this many single replies for ms_per_reply (0: skip; default: %(default)s)")
+    _add_decoding_flags(evaluate)
+    evaluate.set_defaults(handler=run_eval)
 
     export = commands.add_parser("export", help="write a string-to-string TensorFlow SavedModel",
                                  description="Export a model as a SavedModel whose serving_default maps questions to replies.")
@@ -112,16 +135,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_train(args) -> None:
-    from chatbot.data import load_pairs
+def load_data(sources: list[str]) -> list:
+    """Pairs of every --data source, printing each one's data report (and a total for several)."""
+    from chatbot.data import load_pairs, merge_pairs
 
+    loaded = []
+    for source in sources:
+        pairs, report = load_pairs(source)
+        print(report, flush=True)
+        loaded.append(pairs)
+    pairs, repeated = merge_pairs(loaded)
+    if len(sources) > 1:
+        print(f"total: {len(pairs)} pairs from {len(sources)} files ({repeated} pairs repeated an earlier file's "
+              f"and were dropped)", flush=True)
+    return pairs
+
+
+def run_train(args) -> None:
     try:
         config = ChatbotConfig(
             model=ModelConfig(num_layers=args.num_layers, d_model=args.d_model, num_heads=args.num_heads,
                               dff=args.dff, dropout=args.dropout, max_length=args.max_length),
             tokenizer=TokenizerConfig(vocab_size=args.vocab_size),
-            data=DataConfig(path=str(args.data), val_fraction=args.val_fraction, seed=args.seed),
+            data=DataConfig(paths=tuple(map(str, args.data)), val_fraction=args.val_fraction, seed=args.seed),
             train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, warmup_steps=args.warmup_steps,
+                              peak_learning_rate=args.peak_learning_rate, select=args.select,
                               label_smoothing=args.label_smoothing, early_stopping=args.early_stopping,
                               mixed_precision=args.mixed_precision, xla=args.xla, strategy=args.strategy,
                               seed=args.seed))
@@ -132,8 +170,7 @@ def run_train(args) -> None:
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
-    pairs, report = load_pairs(args.data)  # before TensorFlow loads, so data errors come back at once
-    print(report, flush=True)
+    pairs = load_data(args.data)  # before TensorFlow loads, so data errors come back at once
     from chatbot.train import train
 
     train(pairs, config, out, resume=args.resume, overwrite=args.overwrite)
@@ -164,6 +201,26 @@ def run_chat(args) -> None:
             continue
         reply = bot.reply(line, **decoding)
         print(f"챗봇> {reply}" if interactive else reply, flush=True)
+
+
+def run_eval(args) -> None:
+    import json
+
+    from chatbot.data import load_pairs
+
+    decoding = _decoding(args)
+    if args.replies and Path(args.replies).exists() and not args.overwrite:
+        raise UserError(f"{args.replies} already exists; choose another --replies or pass --overwrite")
+    if args.latency_sample < 0:
+        raise UserError("--latency-sample must be 0 or more")
+    check_model_dir(args.model)
+    pairs, _ = load_pairs(args.data)
+    from chatbot.evaluate import evaluate
+    from chatbot.generate import Chatbot
+
+    result = evaluate(Chatbot.load(args.model), pairs, latency_sample=args.latency_sample, replies_out=args.replies,
+                      **decoding)
+    print(json.dumps({"model": str(args.model), "data": str(args.data), **result}, ensure_ascii=False, indent=2))
 
 
 def run_export(args) -> None:

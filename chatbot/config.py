@@ -42,13 +42,17 @@ class TokenizerConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    path: str = ""
+    paths: tuple[str, ...] = ()  # the CSV files (or dataset names) the model was trained on
     val_fraction: float = 0.1
     seed: int = 42
 
     def __post_init__(self):
+        object.__setattr__(self, "paths", tuple(self.paths))  # JSON gives a list
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+
+
+SELECTIONS = ("chrf", "loss", "last")
 
 
 @dataclass(frozen=True)
@@ -56,16 +60,24 @@ class TrainConfig:
     epochs: int = 50
     batch_size: int = 64
     warmup_steps: int = 4000
+    peak_learning_rate: float | None = None  # None: d_model^-0.5 * warmup_steps^-0.5, the paper's peak
     label_smoothing: float = 0.0
     early_stopping: int = 0  # patience in epochs; 0 turns it off
     mixed_precision: bool | None = None  # None: on when a GPU is present
     xla: bool | None = None  # None: on when a GPU is present
     strategy: str = "auto"  # auto | mirrored | multi-worker
     seed: int = 42
+    # Which epoch's weights the model keeps: "chrf" (the best decoded replies on the validation
+    # questions), "loss" (the lowest validation loss) or "last".
+    select: str = "chrf"
 
     def __post_init__(self):
+        if self.select not in SELECTIONS:
+            raise ValueError(f"select must be one of {', '.join(SELECTIONS)}, got {self.select!r}")
         if self.epochs < 1 or self.batch_size < 1 or self.warmup_steps < 1:
             raise ValueError("epochs, batch_size and warmup_steps must be positive")
+        if self.peak_learning_rate is not None and not 0.0 < self.peak_learning_rate < 1.0:
+            raise ValueError(f"peak_learning_rate must be in (0, 1), got {self.peak_learning_rate}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.strategy not in ("auto", "mirrored", "multi-worker"):
@@ -116,6 +128,9 @@ class ChatbotConfig:
     @classmethod
     def from_json(cls, text: str) -> "ChatbotConfig":
         raw = json.loads(text)
+        data = raw.get("data", {})
+        if "path" in data and "paths" not in data:  # written before training on several files
+            data["paths"] = [data["path"]] if data["path"] else []
 
         def section(section_cls, name):
             known = {f.name for f in dataclasses.fields(section_cls)}

@@ -156,6 +156,18 @@ def load_pairs(path: str | Path) -> tuple[list[QAPair], DataReport]:
     return pairs, report
 
 
+def merge_pairs(pair_lists: list[list[QAPair]]) -> tuple[list[QAPair], int]:
+    """Pairs of several files in order, each (question, answer) once. Returns them and how many
+    pairs repeated one of an earlier file."""
+    merged, seen = [], set()
+    for pairs in pair_lists:
+        for pair in pairs:
+            if (pair.question, pair.answer) not in seen:
+                seen.add((pair.question, pair.answer))
+                merged.append(pair)
+    return merged, sum(map(len, pair_lists)) - len(merged)
+
+
 def split_by_question(pairs: list[QAPair], val_fraction: float, seed: int) -> tuple[list[QAPair], list[QAPair]]:
     """Deterministic split in which all pairs of one question land on the same side."""
     questions = sorted({p.question for p in pairs})

@@ -67,20 +67,30 @@ class MaskedAccuracy(keras.metrics.Metric):
 
 @register
 class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """lr = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), with steps counted from 1."""
+    """lr = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), with steps counted from 1.
 
-    def __init__(self, d_model, warmup_steps=4000):
-        self.d_model, self.warmup_steps = d_model, warmup_steps
+    With `peak_learning_rate` the same shape (linear warmup, then decay with 1/sqrt(step)) peaks at
+    that value instead of at d_model^-0.5 * warmup_steps^-0.5, so warmup length and peak are set apart:
+    a short warmup no longer means a peak high enough to collapse the post-LN encoder.
+    """
+
+    def __init__(self, d_model, warmup_steps=4000, peak_learning_rate=None):
+        self.d_model, self.warmup_steps, self.peak_learning_rate = d_model, warmup_steps, peak_learning_rate
 
     def __call__(self, step):
         step = ops.cast(step, "float32") + 1.0  # the optimizer counts from 0
-        return ops.rsqrt(ops.cast(self.d_model, "float32")) * ops.minimum(
-            ops.rsqrt(step), step * ops.cast(self.warmup_steps, "float32") ** -1.5)
+        warmup = ops.cast(self.warmup_steps, "float32")
+        shape = ops.minimum(ops.rsqrt(step), step * warmup ** -1.5)  # peaks at warmup^-0.5
+        if self.peak_learning_rate is None:
+            return ops.rsqrt(ops.cast(self.d_model, "float32")) * shape
+        return self.peak_learning_rate * ops.sqrt(warmup) * shape
 
     def get_config(self):
-        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps}
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps,
+                "peak_learning_rate": self.peak_learning_rate}
 
 
-def transformer_optimizer(d_model, warmup_steps=4000) -> keras.optimizers.Adam:
+def transformer_optimizer(d_model, warmup_steps=4000, peak_learning_rate=None) -> keras.optimizers.Adam:
     """Adam(beta_1=0.9, beta_2=0.98, epsilon=1e-9) on the warmup schedule, as in the paper."""
-    return keras.optimizers.Adam(WarmupSchedule(d_model, warmup_steps), beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+    return keras.optimizers.Adam(WarmupSchedule(d_model, warmup_steps, peak_learning_rate), beta_1=0.9, beta_2=0.98,
+                                 epsilon=1e-9)

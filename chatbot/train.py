@@ -51,17 +51,41 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
     return tf.distribute.get_strategy()
 
 
-def _best_so_far(history_path: Path, monitor: str) -> float | None:
-    if not history_path.is_file():
+def _best_so_far(history_path: Path | None, monitor: str, best=min) -> float | None:
+    if history_path is None or not history_path.is_file():
         return None
     with history_path.open(encoding="utf-8") as file:
         values = [float(row[monitor]) for row in csv.DictReader(file) if row.get(monitor)]
-    return min(values) if values else None
+    return best(values) if values else None
+
+
+def _selection_callbacks(config: ChatbotConfig, model, tokenizer, val_pairs, best_path: Path,
+                         history_path: Path | None) -> list:
+    """The callbacks that keep the chosen epoch's weights at `best_path` (and stop early, if asked).
+    They run before the CSV logger, so `val_chrf` lands in history.csv. Without validation pairs,
+    "chrf" and "loss" keep the epoch with the lowest training loss."""
+    select, patience = config.train.select, config.train.early_stopping
+    if select == "chrf" and val_pairs:
+        from chatbot.evaluate import ReplyQualityCheckpoint
+        from chatbot.generate import Chatbot
+
+        monitor, mode = "val_chrf", "max"
+        chosen = [ReplyQualityCheckpoint(Chatbot(model, tokenizer, config), val_pairs, best_path,
+                                         best=_best_so_far(history_path, monitor, max))]
+    else:
+        monitor, mode = ("val_loss" if val_pairs else "loss"), "min"
+        chosen = [] if select == "last" else [keras.callbacks.ModelCheckpoint(
+            str(best_path), monitor=monitor, save_best_only=True, save_weights_only=True,
+            initial_value_threshold=_best_so_far(history_path, monitor))]
+    if patience:
+        chosen.append(keras.callbacks.EarlyStopping(monitor, patience=patience, mode=mode))
+    return chosen
 
 
 def _prepare_state(state: Path, config: ChatbotConfig, train_pairs: list[QAPair], resume: bool) -> Tokenizer:
     """Start a new run directory, or check that a resumed one was started with the same settings."""
-    settings = {k: v for k, v in dataclasses.asdict(config).items() if k in ("model", "data", "train")}
+    settings = json.loads(json.dumps({k: v for k, v in dataclasses.asdict(config).items()
+                                      if k in ("model", "data", "train")}))  # as run.json will read back
     settings["train"].pop("epochs")  # a resumed run may ask for more epochs
     if resume:
         if not state.is_dir():
@@ -133,23 +157,21 @@ def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, re
         f"{strategy.num_replicas_in_sync} replica(s)")
     with strategy.scope():
         model = Transformer.from_config_dataclass(config.model, dtype="mixed_float16" if mixed else "float32")
-        model.compile(optimizer=transformer_optimizer(config.model.d_model, config.train.warmup_steps),
+        model.compile(optimizer=transformer_optimizer(config.model.d_model, config.train.warmup_steps,
+                                                      config.train.peak_learning_rate),
                       loss=MaskedSparseCrossEntropy(config.train.label_smoothing),
                       metrics=[MaskedAccuracy()], jit_compile=xla)
         _build(model)
 
-    monitor = "val_loss" if val_data is not None else "loss"
     best_path = state / "best.weights.h5"
     history_path = state / HISTORY_FILE
     all_callbacks = [
         keras.callbacks.BackupAndRestore(str(state / "backup"), double_checkpoint=True, delete_checkpoint=False),
-        keras.callbacks.ModelCheckpoint(str(best_path), monitor=monitor, save_best_only=True, save_weights_only=True,
-                                        initial_value_threshold=_best_so_far(history_path, monitor) if resume else None),
+        *_selection_callbacks(config, model, tokenizer, val_pairs if val_data is not None else [], best_path,
+                              history_path if resume else None),
         keras.callbacks.CSVLogger(str(history_path), append=resume),
         keras.callbacks.TensorBoard(str(state / "logs")),
         keras.callbacks.TerminateOnNaN(),
-        *([keras.callbacks.EarlyStopping(monitor, patience=config.train.early_stopping)]
-          if config.train.early_stopping else []),
         *callbacks,
     ]
     model.fit(train_data, validation_data=val_data, epochs=config.train.epochs, callbacks=all_callbacks,

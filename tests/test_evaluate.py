@@ -1,0 +1,81 @@
+"""Reply-quality metrics, the `eval` command, and keeping the epoch whose replies score best."""
+
+import csv
+import json
+
+import pytest
+import sacrebleu
+
+from chatbot.cli import main
+from chatbot.evaluate import distinct_n, reply_metrics
+
+
+def test_distinct_n_counts_unique_word_ngrams_over_all_replies():
+    replies = ["좋은 아침 이에요", "좋은 아침 입니다"]
+    assert distinct_n(replies, 1) == pytest.approx(4 / 6)  # 좋은, 아침, 이에요, 입니다
+    assert distinct_n(replies, 2) == pytest.approx(3 / 4)  # (좋은 아침) twice
+    assert distinct_n(["네"], 2) == 0.0
+
+
+def test_reply_metrics_tell_a_collapsed_model_from_a_good_one():
+    references = ["맛있는 거 드세요.", "푹 쉬세요.", "우산 챙기세요.", "좋은 꿈 꾸세요."]
+    good = reply_metrics(["맛있는 거 드세요.", "푹 쉬세요.", "우산 챙기세요.", "좋은 꿈 꿔요."], references)
+    collapsed = reply_metrics(["좋은 하루 보내세요."] * 4, references)
+    assert good["exact_match"] == 0.75 and good["unique_ratio"] == 1.0
+    assert collapsed["unique_ratio"] == 0.25 and collapsed["exact_match"] == 0.0
+    assert good["chrf"] > collapsed["chrf"] + 30
+    assert good["distinct_2"] > collapsed["distinct_2"]
+    with pytest.raises(ValueError):
+        reply_metrics(["하나"], ["하나", "둘"])
+
+
+def test_eval_prints_metrics_whose_chrf_and_bleu_equal_sacrebleus(tiny_model_dir, tiny_csv, tmp_path, capsys):
+    replies_path = tmp_path / "replies.csv"
+    assert main(["eval", "--model", str(tiny_model_dir), "--data", str(tiny_csv), "--replies", str(replies_path),
+                 "--latency-sample", "3"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    with open(replies_path, encoding="utf-8") as file:
+        rows = list(csv.DictReader(file))
+    assert result["n"] == len(rows) == 30
+    replies, references = [r["reply"] for r in rows], [r["A"] for r in rows]
+    assert result["chrf"] == pytest.approx(sacrebleu.corpus_chrf(replies, [references]).score)
+    assert result["bleu_char"] == pytest.approx(sacrebleu.corpus_bleu(replies, [references], tokenize="char").score)
+    # The tiny model was overfit on these pairs: it should answer nearly all of them exactly.
+    assert result["exact_match"] >= 0.8 and result["token_accuracy"] >= 0.8
+    assert result["perplexity"] == pytest.approx(2.718281828 ** result["loss"], rel=1e-6)
+    for key in ("unique_ratio", "distinct_1", "distinct_2", "mean_reply_chars", "ms_per_reply_p50",
+                "ms_per_reply_p95"):
+        assert key in result
+
+
+def test_eval_refuses_to_overwrite_replies_and_reports_bad_data(tiny_model_dir, tiny_csv, tmp_path, capsys):
+    existing = tmp_path / "replies.csv"
+    existing.write_text("keep me", encoding="utf-8")
+    assert main(["eval", "--model", str(tiny_model_dir), "--data", str(tiny_csv), "--replies", str(existing)]) == 2
+    assert existing.read_text(encoding="utf-8") == "keep me"
+    assert main(["eval", "--model", str(tiny_model_dir), "--data", str(tmp_path / "missing.csv")]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 2 and all(line.startswith("error: ") for line in errors)
+
+
+def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp_path):
+    import dataclasses
+
+    from chatbot.data import load_pairs, split_by_question
+    from chatbot.evaluate import reply_metrics
+    from chatbot.generate import Chatbot
+    from chatbot.train import train
+    from conftest import REPEATS, tiny_config
+
+    config = tiny_config(epochs=6)
+    config = dataclasses.replace(config, data=dataclasses.replace(config.data, val_fraction=0.3))
+    pairs, _ = load_pairs(tiny_csv)
+    out = train(pairs * REPEATS, config, tmp_path / "m", verbose=0, log=lambda *_: None)
+    with open(out / "history.csv", encoding="utf-8") as file:
+        history = list(csv.DictReader(file))
+    scores = [float(row["val_chrf"]) for row in history]
+    assert len(scores) == 6 and all("val_unique" in row for row in history)
+    _, val = split_by_question(pairs * REPEATS, 0.3, config.data.seed)
+    bot = Chatbot.load(out)
+    kept = reply_metrics(bot.reply_batch([p.question for p in val]), [p.answer for p in val])["chrf"]
+    assert kept == pytest.approx(max(scores), abs=1e-6)
