@@ -106,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    description="Download ChatbotData.csv, verify its SHA-256 and write it atomically.")
     download.add_argument("--out", default="data/ChatbotData.csv", help="where to write it (default: %(default)s)")
     download.add_argument("--overwrite", action="store_true", help="replace an existing file at --out")
+    download.add_argument("--url", help="fetch from here instead, e.g. file:///media/usb/ChatbotData.csv for a copy "
+                          "brought from a machine with internet (the checksum is still checked)")
     download.add_argument("--sha256", metavar="HEX", help="expect this SHA-256 instead of the pinned one "
                           "(for a newer upstream file you have checked)")
     download.set_defaults(handler=run_download)
@@ -178,7 +180,7 @@ def run_export(args) -> None:
 
 
 def run_download(args) -> None:
-    path = download_chatbot_data(args.out, overwrite=args.overwrite, sha256=args.sha256)
+    path = download_chatbot_data(args.out, overwrite=args.overwrite, url=args.url, sha256=args.sha256)
     print(f"saved: {path}\ntrain on it: python -m chatbot train --data {path} --out models/chatbotdata")
 
 
