@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     m, t = ModelConfig(), TrainConfig()
     train = commands.add_parser("train", help="train a chatbot on a Q&A CSV",
                                 description="Train a chatbot on a Q&A CSV (columns Q,A[,label]) and write a model directory.")
-    train.add_argument("--data", required=True, help="CSV with question/answer columns (Q,A or question,answer; label optional)")
+    train.add_argument("--data", required=True, help="CSV with question/answer columns (Q,A or question,answer; label "
+                       "optional), or a TFDS dataset: tfds:korean_chatbot_data (the public ChatbotData)")
     train.add_argument("--out", required=True, help="model directory to create")
     train.add_argument("--overwrite", action="store_true", help="replace --out if it exists (only once training succeeded)")
     train.add_argument("--resume", action="store_true", help="continue an interrupted run of the same --out")
@@ -115,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_train(args) -> None:
-    from chatbot.data import load_pairs
+    from chatbot.datasets import load_source
 
     try:
         config = ChatbotConfig(
@@ -134,7 +135,7 @@ def run_train(args) -> None:
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
-    pairs, report = load_pairs(args.data)  # before TensorFlow loads, so data errors come back at once
+    pairs, report = load_source(args.data)  # a CSV before TensorFlow loads, so its errors come back at once
     print(report, flush=True)
     from chatbot.train import train
 

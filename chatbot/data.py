@@ -136,7 +136,8 @@ def read_rows(path: str | Path) -> tuple[list[tuple[int, str, str, object]], str
     return list(zip(lines, frame[q_col], frame[a_col], labels)), encoding
 
 
-def clean_rows(source: str | Path, rows, encoding: str) -> tuple[list[QAPair], DataReport]:
+def clean_rows(source: str | Path, rows, encoding: str, *,
+               keep_duplicates: bool = False) -> tuple[list[QAPair], DataReport]:
     """Clean, de-duplicated pairs from (line, question, answer, raw label or None) rows, and a report
     of what was dropped and why. `source` names the data in the report and in errors."""
     report = DataReport(path=str(source), encoding=encoding)
@@ -147,7 +148,7 @@ def clean_rows(source: str | Path, rows, encoding: str) -> tuple[list[QAPair], D
         if not question or not answer:
             report.dropped_empty.append(line)
             continue
-        if (question, answer) in seen:
+        if (question, answer) in seen and not keep_duplicates:
             report.dropped_duplicates.append(line)
             continue
         seen.add((question, answer))
