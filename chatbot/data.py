@@ -96,8 +96,7 @@ def _find_column(path: Path, columns: list[str], role: str, required: bool) -> s
     return None
 
 
-def clean_label(value) -> int | None:
-    """0, 1 or 2 from a label cell ("2   " and "1.0" included); None for anything else."""
+def _clean_label(value) -> int | None:
     try:
         number = float(str(value).strip())
     except ValueError:
@@ -152,7 +151,7 @@ def clean_rows(source: str | Path, rows, encoding: str, *,
             report.dropped_duplicates.append(line)
             continue
         seen.add((question, answer))
-        label = None if raw_label is None else clean_label(raw_label)
+        label = None if raw_label is None else _clean_label(raw_label)
         if raw_label is not None and label is None:
             report.labels_cleared.append(line)
         pairs.append(QAPair(question, answer, label))
