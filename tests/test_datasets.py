@@ -139,3 +139,12 @@ def test_the_shared_subset_builds_with_the_opt_in_and_is_refused_without(tmp_pat
     rows = sum(split.num_examples for split in builder.info.splits.values())
     assert rows == 11321  # every row of the file (none is empty); load_pairs then drops 73 duplicates
 
+
+
+def test_train_with_an_unknown_tfds_name_prints_one_error_line(tmp_path, capsys):
+    from chatbot import cli
+
+    assert cli.main(["train", "--data", "tfds:no_such_set", "--out", str(tmp_path / "m")]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "tfds:no_such_set" in errors[0] and "korean_chatbot_data" in errors[0]
+    assert not (tmp_path / "m").exists()
