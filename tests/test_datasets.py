@@ -73,6 +73,7 @@ def test_the_validation_split_is_the_one_train_holds_out(tmp_path):
     data = DataConfig()
     _, val = split_by_question(load_pairs(DUMMY)[0], data.val_fraction, data.seed)
     assert held_out == {p.question for p in val} and held_out
+    assert "songys/Chatbot_data" in builder.info.citation and builder.info.supervised_keys == ("question", "answer")
 
 
 def test_a_csv_path_goes_to_load_pairs():
