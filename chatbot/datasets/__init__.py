@@ -33,6 +33,7 @@ def load_source(spec: str | Path, *, data_dir: str | None = None,
 
 
 def _load_tfds(spec: str, data_dir, manual_dir) -> tuple[list[QAPair], DataReport]:
+    import requests
     import tensorflow_datasets as tfds
     from tensorflow_datasets.core.download.download_manager import NonMatchingChecksumError
 
@@ -50,7 +51,7 @@ def _load_tfds(spec: str, data_dir, manual_dir) -> tuple[list[QAPair], DataRepor
     config = tfds.download.DownloadConfig(manual_dir=manual_dir)
     try:
         builder.download_and_prepare(download_config=config)
-    except (OSError, tfds.download.DownloadError) as error:  # requests' connection errors are OSErrors
+    except (requests.exceptions.RequestException, tfds.download.DownloadError) as error:
         manual = Path(manual_dir) if manual_dir else Path(builder.data_dir_root) / "downloads" / "manual"
         raise DataError(spec, f"cannot download it ({type(error).__name__}: are you online?); without internet, "
                               f"copy the public ChatbotData.csv into {manual}") from None
