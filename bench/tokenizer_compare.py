@@ -1,9 +1,11 @@
-"""SentencePiece (what the package uses) vs tensorflow-text's WordPiece, measured side by side.
+"""SentencePiece (what the package uses) vs tensorflow-text's WordPiece vs the seed tutorial's
+`tfds.deprecated.text.SubwordTextEncoder`, measured side by side.
 
 For each tokenizer, learned from the same training split: round-trip fidelity of
-detokenize(tokenize(text)) on every question and answer, tokens per sentence, and the validation
-loss after the same short training of the same model. Loss per token depends on how finely a
-tokenizer cuts, so the comparable figure is nats per validation answer (the sum over its tokens).
+detokenize(tokenize(text)) on every question and answer (against the text as the user wrote it),
+tokens per sentence, tokenize speed over all questions and answers, and the validation loss after
+the same short training of the same model. Loss per token depends on how finely a tokenizer cuts,
+so the comparable figure is nats per validation answer (the sum over its tokens).
 
     python bench/tokenizer_compare.py [--data CSV] [--epochs 5] [--vocab-size 8000]
 
@@ -11,10 +13,13 @@ Data: ../shared/data/ChatbotData.csv when present, else the bundled data/korean_
 """
 
 import argparse
+import re
+import time
 
 from common import DEFAULT_DATA
 
 WORDPIECE_RESERVED = ["[PAD]", "[START]", "[END]", "[UNK]"]  # the package's ids 0..3
+TUTORIAL_VOCAB_SIZE = 2**13  # the seed tutorial's target_vocab_size
 
 
 def parse_args():
@@ -48,6 +53,42 @@ class WordPiece:
     def detokenize_texts(self, ids):
         words = self.bert.detokenize(ids)
         return [s.decode("utf-8") for s in self.tf.strings.reduce_join(words, axis=-1, separator=" ").numpy()]
+
+
+class TutorialSubword:
+    """The seed tutorial's tokenizer: spaces around ? . ! , then tfds' SubwordTextEncoder (2**13 target).
+
+    Its ids start at 1 (0 is padding); they are shifted by 2 so the package's start/end ids (1, 2) stay free.
+    """
+
+    SHIFT = 2
+
+    def __init__(self, texts):
+        import tensorflow as tf
+        import tensorflow_datasets as tfds
+
+        self.tf = tf
+        self.encoder = tfds.deprecated.text.SubwordTextEncoder.build_from_corpus(
+            [self.preprocess(t) for t in texts], target_vocab_size=TUTORIAL_VOCAB_SIZE)
+        self.vocab_size = self.encoder.vocab_size + self.SHIFT
+
+    @staticmethod
+    def preprocess(text):
+        return re.sub(r"([?.!,])", r" \1 ", text).strip()
+
+    def tokenize(self, texts):
+        ids = [[i + self.SHIFT for i in self.encoder.encode(self.preprocess(t))] for t in texts]
+        return self.tf.ragged.constant(ids, dtype=self.tf.int32)
+
+    def detokenize_texts(self, ids):
+        return [self.encoder.decode([i - self.SHIFT for i in row]) for row in ids.to_list()]
+
+
+def sentences_per_second(texts, tokenize):
+    tokenize(texts[:64])  # warm up: graph tracing and resource creation are not tokenizing
+    start = time.perf_counter()
+    tokenize(texts)
+    return len(texts) / (time.perf_counter() - start)
 
 
 def fidelity(texts, tokenize, detokenize):
@@ -97,24 +138,30 @@ def main():
 
     sentencepiece = Tokenizer.train(train_texts, args.vocab_size)
     wordpiece = WordPiece(train_texts, args.vocab_size)
+    subword = TutorialSubword(train_texts)
     candidates = {
         "SentencePiece": (sentencepiece.tokenize, lambda ids: sentencepiece.decode(ids.to_list()),
                           sentencepiece.vocab_size),
         "WordPiece": (wordpiece.tokenize, wordpiece.detokenize_texts, wordpiece.vocab_size),
+        "SubwordEncoder": (subword.tokenize, subword.detokenize_texts, subword.vocab_size),
     }
     rows = {}
     for name, (tokenize, detokenize, vocab_size) in candidates.items():
         exact, per_sentence, example = fidelity(all_texts, tokenize, detokenize)
-        print(f"\n{name}: vocabulary {vocab_size}, round trip exact {exact:.1%}, {per_sentence:.2f} tokens/sentence")
+        speed = sentences_per_second(all_texts, tokenize)
+        print(f"\n{name}: vocabulary {vocab_size}, round trip exact {exact:.1%}, {per_sentence:.2f} tokens/sentence, "
+              f"{speed:,.0f} sentences/s")
         if example:
             print(f"  e.g. {example[0]!r} -> {example[1]!r}")
         per_token, per_answer = validation_nats(tokenize, vocab_size, train_pairs, val_pairs, args)
-        rows[name] = (vocab_size, exact, per_sentence, per_token, per_answer)
+        rows[name] = (vocab_size, exact, per_sentence, speed, per_token, per_answer)
 
-    print(f"\n{'':14s} {'vocab':>6s} {'round trip':>11s} {'tokens/sent':>12s} {'val loss/token':>15s} "
-          f"{'val nats/answer':>16s}   (after {args.epochs} epochs, same model)")
-    for name, (vocab_size, exact, per_sentence, per_token, per_answer) in rows.items():
-        print(f"{name:14s} {vocab_size:6d} {exact:11.1%} {per_sentence:12.2f} {per_token:15.3f} {per_answer:16.2f}")
+    print(f"\n{'':14s} {'vocab':>6s} {'round trip':>11s} {'tokens/sent':>12s} {'sentences/s':>12s} "
+          f"{'val loss/token':>15s} {'val nats/answer':>16s}   (after {args.epochs} epochs, same model)")
+    for name, (vocab_size, exact, per_sentence, speed, per_token, per_answer) in rows.items():
+        print(f"{name:14s} {vocab_size:6d} {exact:11.1%} {per_sentence:12.2f} {speed:12,.0f} {per_token:15.3f} "
+              f"{per_answer:16.2f}")
+    print("SubwordEncoder: the seed tutorial's tfds.deprecated.text.SubwordTextEncoder (2**13 target, spaced punctuation)")
 
 
 if __name__ == "__main__":

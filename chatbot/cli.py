@@ -61,9 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     m, t = ModelConfig(), TrainConfig()
     train = commands.add_parser("train", help="train a chatbot on a Q&A CSV",
                                 description="Train a chatbot on a Q&A CSV (columns Q,A[,label]) and write a model directory.")
-    train.add_argument("--data", required=True, action="append", metavar="CSV",
-                       help="CSV with question/answer columns (Q,A or question,answer; label optional); "
-                            "repeat to train on several files")
+    train.add_argument("--data", required=True, action="append", metavar="SOURCE",
+                       help="CSV with question/answer columns (Q,A or question,answer; label optional), or a TFDS "
+                            "dataset: tfds:korean_chatbot_data (the public ChatbotData); repeat to train on several")
     train.add_argument("--out", required=True, help="model directory to create")
     train.add_argument("--overwrite", action="store_true", help="replace --out if it exists (only once training succeeded)")
     train.add_argument("--resume", action="store_true", help="continue an interrupted run of the same --out")
@@ -129,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    description="Download ChatbotData.csv, verify its SHA-256 and write it atomically.")
     download.add_argument("--out", default="data/ChatbotData.csv", help="where to write it (default: %(default)s)")
     download.add_argument("--overwrite", action="store_true", help="replace an existing file at --out")
+    download.add_argument("--url", help="fetch from here instead, e.g. file:///media/usb/ChatbotData.csv for a copy "
+                          "brought from a machine with internet (the checksum is still checked)")
     download.add_argument("--sha256", metavar="HEX", help="expect this SHA-256 instead of the pinned one "
                           "(for a newer upstream file you have checked)")
     download.set_defaults(handler=run_download)
@@ -137,11 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load_data(sources: list[str]) -> list:
     """Pairs of every --data source, printing each one's data report (and a total for several)."""
-    from chatbot.data import load_pairs, merge_pairs
+    from chatbot.data import merge_pairs
+    from chatbot.datasets import load_source
 
     loaded = []
     for source in sources:
-        pairs, report = load_pairs(source)
+        pairs, report = load_source(source)  # a CSV before TensorFlow loads, so its errors come back at once
         print(report, flush=True)
         loaded.append(pairs)
     pairs, repeated = merge_pairs(loaded)
@@ -235,7 +238,7 @@ def run_export(args) -> None:
 
 
 def run_download(args) -> None:
-    path = download_chatbot_data(args.out, overwrite=args.overwrite, sha256=args.sha256)
+    path = download_chatbot_data(args.out, overwrite=args.overwrite, url=args.url, sha256=args.sha256)
     print(f"saved: {path}\ntrain on it: python -m chatbot train --data {path} --out models/chatbotdata")
 
 

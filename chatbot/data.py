@@ -122,25 +122,32 @@ def read_frame(path: str | Path) -> tuple[pd.DataFrame, str]:
     return frame, encoding
 
 
-def load_pairs(path: str | Path) -> tuple[list[QAPair], DataReport]:
-    """Load clean, de-duplicated pairs and a report of what was dropped and why."""
+def read_rows(path: str | Path) -> tuple[list[tuple[int, str, str, object]], str]:
+    """Every data row as (CSV line, question, answer, raw label or None), uncleaned, and the encoding."""
     frame, encoding = read_frame(path)
     path = Path(path)
     columns = list(frame.columns)
     q_col = _find_column(path, columns, "question", required=True)
     a_col = _find_column(path, columns, "answer", required=True)
     label_col = _find_column(path, columns, "label", required=False)
-
-    report = DataReport(path=str(path), encoding=encoding, rows_read=len(frame))
-    pairs, seen = [], set()
     labels = frame[label_col].tolist() if label_col is not None else [None] * len(frame)
-    for index, (question, answer, raw_label) in enumerate(zip(frame[q_col], frame[a_col], labels)):
-        line = index + 2  # the header is line 1
+    lines = range(2, len(frame) + 2)  # the header is line 1
+    return list(zip(lines, frame[q_col], frame[a_col], labels)), encoding
+
+
+def clean_rows(source: str | Path, rows, encoding: str, *,
+               keep_duplicates: bool = False) -> tuple[list[QAPair], DataReport]:
+    """Clean, de-duplicated pairs from (line, question, answer, raw label or None) rows, and a report
+    of what was dropped and why. `source` names the data in the report and in errors."""
+    report = DataReport(path=str(source), encoding=encoding)
+    pairs, seen = [], set()
+    for line, question, answer, raw_label in rows:
+        report.rows_read += 1
         question, answer = normalize(question), normalize(answer)
         if not question or not answer:
             report.dropped_empty.append(line)
             continue
-        if (question, answer) in seen:
+        if (question, answer) in seen and not keep_duplicates:
             report.dropped_duplicates.append(line)
             continue
         seen.add((question, answer))
@@ -152,8 +159,14 @@ def load_pairs(path: str | Path) -> tuple[list[QAPair], DataReport]:
     report.used = len(pairs)
     report.label_counts = dict(Counter("none" if p.label is None else p.label for p in pairs))
     if not pairs:
-        raise DataError(path, f"no usable rows: all {report.rows_read} rows have an empty question or answer")
+        raise DataError(source, f"no usable rows: all {report.rows_read} rows have an empty question or answer")
     return pairs, report
+
+
+def load_pairs(path: str | Path) -> tuple[list[QAPair], DataReport]:
+    """Load clean, de-duplicated pairs and a report of what was dropped and why."""
+    rows, encoding = read_rows(path)
+    return clean_rows(path, rows, encoding)
 
 
 def merge_pairs(pair_lists: list[list[QAPair]]) -> tuple[list[QAPair], int]:

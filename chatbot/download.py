@@ -1,7 +1,9 @@
 """Fetching the public ChatbotData.csv (songys/Chatbot_data, MIT licence).
 
-Owns: the address, the expected SHA-256, the download with a progress line, and the atomic
-write. The project never ships that file; users fetch it with `python -m chatbot download`.
+Owns: the address, the expected size and SHA-256 of the public file (the same line as the TFDS
+builder's `checksums.tsv`; a test keeps them equal), the download with a progress line, and the
+atomic write of a plain CSV that `train --data` reads. The project never ships that file; users
+fetch it with `python -m chatbot download`, or let TFDS fetch it (`train --data tfds:korean_chatbot_data`).
 Must not import TensorFlow.
 """
 
@@ -16,7 +18,8 @@ from pathlib import Path
 from chatbot.artifacts import atomic_write_bytes
 
 CHATBOT_DATA_URL = "https://raw.githubusercontent.com/songys/Chatbot_data/master/ChatbotData.csv"
-CHATBOT_DATA_SHA256 = "332948dd797b3a6b2ad23cfd860181ac476936311e4a5cc14d2c676a3a1310ac"
+CHATBOT_DATA_SIZE = 889_842  # bytes; 11,823 Q,A,label rows
+CHATBOT_DATA_SHA256 = "287eb129695b577321c80ad397bb3c2279164d4ca577874d129fd3db5b30afe2"
 CHUNK = 64 * 1024
 
 
@@ -42,7 +45,7 @@ def fetch(url: str, timeout: float = 30.0, progress=sys.stderr) -> bytes:
                     print(f"\rdownloading {received / 1e6:.1f}{of_total} MB", end="", file=progress, flush=True)
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
-        raise DownloadError(f"cannot download {url}: {reason} (are you online?)") from None
+        raise DownloadError(f"cannot download {url}: {reason}") from None
     finally:
         if progress is not None:
             print(file=progress, flush=True)
@@ -55,10 +58,16 @@ def download_chatbot_data(out: str | Path, *, overwrite: bool = False, url: str 
     out, url, sha256 = Path(out), url or CHATBOT_DATA_URL, (sha256 or CHATBOT_DATA_SHA256).strip().lower()
     if out.exists() and not overwrite:
         raise DownloadError(f"{out} already exists; pass --overwrite to replace it")
-    data = fetch(url, progress=progress)
+    try:
+        data = fetch(url, progress=progress)
+    except DownloadError as error:
+        raise DownloadError(f"{error}; offline, fetch the file on a machine with internet, then check and "
+                            f"copy it here with --url file:///path/to/ChatbotData.csv") from None
     digest = sha256_hex(data)
     if digest != sha256:
-        raise DownloadError(f"checksum mismatch for {url}: expected sha256 {sha256}, got {digest}; nothing written "
+        pinned = f" ({CHATBOT_DATA_SIZE:,} bytes)" if sha256 == CHATBOT_DATA_SHA256 else ""
+        raise DownloadError(f"checksum mismatch for {url}: expected sha256 {sha256}{pinned}, got {digest} "
+                            f"({len(data):,} bytes); nothing written "
                             f"(if upstream changed the file and you trust it: --sha256 {digest})")
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out, data)

@@ -7,6 +7,7 @@ import pytest
 
 from chatbot import cli, download
 from chatbot.download import DownloadError, download_chatbot_data
+from conftest import ROOT
 
 CSV = "Q,A,label\n12시 땡!,하루가 또 가네요.,0\n".encode()
 CLOSED_PORT = "http://127.0.0.1:9/ChatbotData.csv"  # the discard port: refused at once, no network
@@ -44,8 +45,17 @@ def test_an_existing_file_is_kept_unless_overwrite(source, tmp_path):
     assert out.read_bytes() == CSV
 
 
-def test_the_pinned_checksum_is_the_public_file(shared_chatbot_data):
-    assert hashlib.sha256(shared_chatbot_data.read_bytes()).hexdigest() == download.CHATBOT_DATA_SHA256
+PUBLIC_SHA256 = "287eb129695b577321c80ad397bb3c2279164d4ca577874d129fd3db5b30afe2"  # songys/Chatbot_data master
+
+
+def test_the_pinned_checksum_is_the_public_file_in_both_places():
+    assert (download.CHATBOT_DATA_SHA256, download.CHATBOT_DATA_SIZE) == (PUBLIC_SHA256, 889_842)
+    line = (ROOT / "chatbot" / "datasets" / "korean_chatbot_data" / "checksums.tsv").read_text(encoding="utf-8")
+    assert line.split("\t") == [download.CHATBOT_DATA_URL, "889842", PUBLIC_SHA256, "ChatbotData.csv\n"]
+
+
+def test_the_shared_subset_is_not_taken_for_the_public_file(shared_chatbot_data):
+    assert hashlib.sha256(shared_chatbot_data.read_bytes()).hexdigest() != download.CHATBOT_DATA_SHA256
 
 
 def test_offline_the_cli_prints_one_error_line_and_exits_2(monkeypatch, tmp_path, capsys):
@@ -53,8 +63,15 @@ def test_offline_the_cli_prints_one_error_line_and_exits_2(monkeypatch, tmp_path
     out = tmp_path / "ChatbotData.csv"
     assert cli.main(["download", "--out", str(out)]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert errors[-1].startswith("error: cannot download") and "Traceback" not in "".join(errors)
+    assert len(errors) == 1 and errors[0].startswith("error: cannot download") and "--url file://" in errors[0]
     assert not out.exists()
+
+
+def test_a_copy_brought_offline_is_checked_and_written(source, tmp_path, capsys):
+    url, digest = source
+    out = tmp_path / "ChatbotData.csv"
+    assert cli.main(["download", "--out", str(out), "--url", url, "--sha256", digest]) == 0
+    assert out.read_bytes() == CSV
 
 
 def test_a_changed_upstream_file_names_the_flag_that_accepts_it(monkeypatch, source, tmp_path, capsys):
