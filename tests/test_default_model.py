@@ -38,6 +38,7 @@ def test_it_is_small_enough_to_keep_in_git():
     assert sum(f.stat().st_size for f in DEFAULT_MODEL.rglob("*") if f.is_file()) < 50 * 2**20
 
 
+@pytest.mark.slow  # a quality check: hundreds of replies
 def test_training_questions_get_their_answers(default_bot, split):
     (train, _), _ = split
     sample = train[::10]  # every tenth, about 300 questions
@@ -46,6 +47,7 @@ def test_training_questions_get_their_answers(default_bot, split):
     assert exact >= 0.35, f"only {exact:.0%} of training questions got their answer"
 
 
+@pytest.mark.slow  # a quality check: hundreds of replies
 def test_held_out_paraphrases_get_a_known_answer_of_their_label_more_often_than_chance(default_bot, split):
     (_, held_out), pairs = split
     label_of_answer = {p.answer: p.label for p in pairs}
