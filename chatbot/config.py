@@ -81,7 +81,7 @@ class GenerationConfig:
     the CLI's flags, the app's controls and its `/chat` API are made from them (`help` is the CLI's)."""
 
     strategy: str = field(default="greedy", metadata={"help": "how each next token is chosen"})
-    max_new_tokens: int = field(default=40, metadata={"help": "longest reply in tokens (within the model's max_length)"})
+    max_new_tokens: int = field(default=40, metadata={"help": "longest reply in tokens (capped by max_length)"})
     num_beams: int = field(default=4, metadata={"help": "beam width for --strategy beam"})
     length_penalty: float = field(default=1.0, metadata={
         "help": "beam scores are divided by length**this (higher favours longer replies)"})

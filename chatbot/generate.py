@@ -78,8 +78,9 @@ class CachedDecoder:
         rows = tf.shape(encoder_ids)[0]
         tokens = tf.concat([tf.fill([rows, 1], START_ID), tf.fill([rows, self.max_length], PAD_ID)], axis=1)
         scores = tf.where(tf.range(rows) % num_beams == 0, 0.0, NEG_INF)
-        return State(tf.constant(0), tokens, tf.zeros([rows], tf.bool), tf.zeros([rows, self.model.vocab_size], tf.bool),
-                     scores, self_cache, cross_cache, padding_mask(encoder_ids))
+        seen = tf.zeros([rows, self.model.vocab_size], tf.bool)
+        return State(tf.constant(0), tokens, tf.zeros([rows], tf.bool), seen, scores, self_cache, cross_cache,
+                     padding_mask(encoder_ids))
 
     def step(self, state: State, options: Options, sampler: Sampler, no_repeat_ngram_size: int) -> State:
         """Feed the last token, let the sampler choose the next one, write it at index + 1."""
@@ -149,8 +150,9 @@ class Chatbot:
     def options(self, **decoding) -> tuple[GenerationConfig, Options]:
         settings = GenerationConfig(**decoding)
         seed = settings.seed if settings.seed is not None else self._seeds.randrange(2**31 - 1)
+        steps = self.decoder.step_limit(settings.max_new_tokens)
         return settings, Options(
-            tf.constant(self.decoder.step_limit(settings.max_new_tokens)), tf.constant(settings.temperature, tf.float32),
+            tf.constant(steps), tf.constant(settings.temperature, tf.float32),
             tf.constant(settings.top_k), tf.constant(settings.top_p, tf.float32),
             tf.constant(settings.repetition_penalty, tf.float32), tf.constant(settings.length_penalty, tf.float32),
             tf.constant(seed))

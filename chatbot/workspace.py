@@ -1,11 +1,11 @@
 """The app's workspace: the models it answers with, and the one training it may run in the background.
 
 Owns: the model shelf (the startup model plus every model directory directly under a root, each
-loaded once and shared), the web UI's training sizes, a background training job with its live
-progress (a Keras callback) and its unique output directory. Knows nothing about Gradio: user
-mistakes come back as `ArtifactError`/`ValueError`, which the UI shows. TensorFlow is imported on
-first use (loading or training), so importing this module, and `app`, stays cheap.
-Must not decode text or draw.
+loaded once and shared), the checks on what a user sends (question length, uploaded CSVs), the web
+UI's training sizes, and a background training job with its live progress (a Keras callback) and
+its unique output directory. User mistakes come back as messages or `ArtifactError`/`ValueError`,
+which the UI shows. TensorFlow is imported on first use (loading or training), so importing this
+module, and `app`, stays cheap. Must not import Gradio, decode text itself or draw.
 """
 
 from __future__ import annotations
