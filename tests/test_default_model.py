@@ -60,6 +60,7 @@ def test_held_out_paraphrases_get_a_known_answer_of_their_label_more_often_than_
     assert same_label >= chance + 0.03, f"{same_label:.0%} of held-out paraphrases got their label; chance {chance:.0%}"
 
 
+@pytest.mark.slow  # loads the full-size model
 def test_it_answers_the_readme_question_in_korean(default_bot):
     reply = default_bot.reply("오늘 너무 피곤해")
     assert reply and any("가" <= ch <= "힣" for ch in reply)
