@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import typing
 import sys
+import typing
 from pathlib import Path
 
 from chatbot.artifacts import ArtifactError, check_model_dir
