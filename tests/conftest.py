@@ -63,7 +63,7 @@ def tiny_config(epochs=4, **train):
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, tiny_csv) -> Path:
-    """A model overfit on TINY_PAIRS (300 steps; 29 of the 30 answers by heart), trained once per session."""
+    """A model overfit on TINY_PAIRS (300 steps; it learns nearly every answer by heart), trained once per session."""
     from chatbot.data import load_pairs
     from chatbot.train import train
 
