@@ -13,7 +13,6 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from chatbot.config import ChatbotConfig, __version__
@@ -23,10 +22,9 @@ if TYPE_CHECKING:  # TensorFlow is imported only when a model is really saved or
 
     from chatbot.tokenizer import Tokenizer
 
-TOKENIZER_FILE = "tokenizer.model"
-
 CONFIG_FILE = "config.json"
-MODEL_FILE = "model.keras"
+TOKENIZER_FILE = "tokenizer.model"
+MODEL_FILE = "model.keras"  # the Keras model: architecture and weights
 HISTORY_FILE = "history.csv"
 METRICS_FILE = "metrics.json"
 REQUIRED_FILES = (CONFIG_FILE, TOKENIZER_FILE, MODEL_FILE)
@@ -62,7 +60,7 @@ def save_model_dir(out_dir: str | Path, config: ChatbotConfig, tokenizer: "Token
     temp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
     try:
         (temp / CONFIG_FILE).write_text(config.to_json(), encoding="utf-8")
-        tokenizer.save(temp)
+        tokenizer.save(temp / TOKENIZER_FILE)
         model.save(temp / MODEL_FILE)
         for name, data in (extra_files or {}).items():
             (temp / name).write_bytes(data)
@@ -99,12 +97,18 @@ def check_model_dir(path: str | Path) -> ChatbotConfig:
 
 
 def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, "Tokenizer", "keras.Model"]:
-    """Check, then load a model directory. The model loads with Keras safe mode on."""
+    """Check, then load a model directory. The model loads with Keras safe mode on. Anything that
+    does not load (a corrupt model.keras, an unreadable vocabulary) is an ArtifactError of one line."""
     import keras
 
     import chatbot.model  # noqa: F401  (registers the layers for deserialization)
     from chatbot.tokenizer import Tokenizer
 
     config = check_model_dir(path)
-    model = keras.saving.load_model(Path(path) / MODEL_FILE, compile=False, safe_mode=True)
-    return config, Tokenizer((Path(path) / TOKENIZER_FILE).read_bytes()), model
+    try:
+        model = keras.saving.load_model(Path(path) / MODEL_FILE, compile=False, safe_mode=True)
+        tokenizer = Tokenizer.load(Path(path) / TOKENIZER_FILE)
+    except Exception as error:
+        detail = " ".join(str(error).split())[:300]
+        raise ArtifactError(f"{path}: cannot load the model ({type(error).__name__}: {detail})") from error
+    return config, tokenizer, model

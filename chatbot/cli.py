@@ -8,13 +8,15 @@ handlers, so `--help` is instant.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
+import typing
 from pathlib import Path
 
 from chatbot.artifacts import ArtifactError, check_model_dir
-from chatbot.config import (SELECTIONS, ChatbotConfig, DataConfig, GenerationConfig, ModelConfig, TokenizerConfig,
-                            TrainConfig, __version__)
+from chatbot.config import (SELECTIONS, STRATEGIES, ChatbotConfig, DataConfig, GenerationConfig, ModelConfig,
+                            TokenizerConfig, TrainConfig, __version__)
 from chatbot.data import DataError
 from chatbot.download import DownloadError, download_chatbot_data
 
@@ -27,25 +29,18 @@ class UserError(Exception):
 
 
 def _add_decoding_flags(parser: argparse.ArgumentParser) -> None:
-    d = GenerationConfig()
+    """A flag per GenerationConfig field: --max-new-tokens for max_new_tokens, and so on."""
     group = parser.add_argument_group("decoding")
-    group.add_argument("--strategy", choices=["greedy", "beam", "sample"], default=d.strategy)
-    group.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    group.add_argument("--num-beams", type=int, default=d.num_beams, help="beam width for --strategy beam")
-    group.add_argument("--length-penalty", type=float, default=d.length_penalty,
-                       help="beam scores are divided by length**this (higher favours longer replies)")
-    group.add_argument("--temperature", type=float, default=d.temperature)
-    group.add_argument("--top-k", type=int, default=d.top_k, help="sample among the k likeliest tokens (0: all)")
-    group.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling mass (1.0: off)")
-    group.add_argument("--repetition-penalty", type=float, default=d.repetition_penalty, help="1.0: off")
-    group.add_argument("--no-repeat-ngram-size", type=int, default=d.no_repeat_ngram_size, help="0: off")
-    group.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
+    types = typing.get_type_hints(GenerationConfig)
+    for option in dataclasses.fields(GenerationConfig):
+        kind = int if option.name == "seed" else types[option.name]
+        choices = STRATEGIES if option.name == "strategy" else None
+        group.add_argument(f"--{option.name.replace('_', '-')}", type=kind, default=option.default, choices=choices,
+                           help=option.metadata.get("help"))
 
 
 def _decoding(args) -> dict:
-    names = ("strategy", "max_new_tokens", "num_beams", "length_penalty", "temperature", "top_k", "top_p",
-             "repetition_penalty", "no_repeat_ngram_size", "seed")
-    decoding = {name: getattr(args, name) for name in names}
+    decoding = {option.name: getattr(args, option.name) for option in dataclasses.fields(GenerationConfig)}
     try:
         GenerationConfig(**decoding)
     except ValueError as error:

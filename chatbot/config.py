@@ -84,24 +84,29 @@ class TrainConfig:
             raise ValueError(f"unknown strategy {self.strategy!r}")
 
 
+STRATEGIES = ("greedy", "beam", "sample")  # chatbot.samplers has a sampler for each
+
+
 @dataclass(frozen=True)
 class GenerationConfig:
-    """Decoding options, named as in other generation APIs."""
+    """Decoding options, named as in other generation APIs. These fields are the one list of them:
+    the CLI's flags, the app's controls and its `/chat` API are made from them (`help` is the CLI's)."""
 
-    strategy: str = "greedy"  # greedy | beam | sample
-    max_new_tokens: int = 40
-    num_beams: int = 4
-    length_penalty: float = 1.0
-    temperature: float = 1.0
-    top_k: int = 0  # 0: no top-k filter
-    top_p: float = 1.0  # 1.0: no nucleus filter
-    repetition_penalty: float = 1.0  # 1.0: off
-    no_repeat_ngram_size: int = 0  # 0: off
-    seed: int | None = None
+    strategy: str = field(default="greedy", metadata={"help": "how each next token is chosen"})
+    max_new_tokens: int = field(default=40, metadata={"help": "longest reply in tokens (capped by max_length)"})
+    num_beams: int = field(default=4, metadata={"help": "beam width for --strategy beam"})
+    length_penalty: float = field(default=1.0, metadata={
+        "help": "beam scores are divided by length**this (higher favours longer replies)"})
+    temperature: float = field(default=1.0, metadata={"help": "for --strategy sample; higher is more random"})
+    top_k: int = field(default=0, metadata={"help": "sample among the k likeliest tokens (0: all)"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass (1.0: off)"})
+    repetition_penalty: float = field(default=1.0, metadata={"help": "1.0: off"})
+    no_repeat_ngram_size: int = field(default=0, metadata={"help": "never repeat an n-gram of this size (0: off)"})
+    seed: int | None = field(default=None, metadata={"help": "makes sampling reproducible"})
 
     def __post_init__(self):
-        if self.strategy not in ("greedy", "beam", "sample"):
-            raise ValueError(f"strategy must be greedy, beam or sample, got {self.strategy!r}")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be {', '.join(STRATEGIES)}, got {self.strategy!r}")
         if self.max_new_tokens < 1 or self.num_beams < 1:
             raise ValueError("max_new_tokens and num_beams must be positive")
         if self.temperature <= 0:
@@ -110,6 +115,19 @@ class GenerationConfig:
             raise ValueError("top_k must be >= 0 and top_p in (0, 1]")
         if self.repetition_penalty <= 0 or self.no_repeat_ngram_size < 0:
             raise ValueError("repetition_penalty must be positive and no_repeat_ngram_size >= 0")
+
+    @classmethod
+    def from_values(cls, values: dict) -> "GenerationConfig":
+        """From loosely typed values, as UI widgets send them (4.0 for 4; a seed of "" or -1 for none);
+        a missing option takes its default. Raises ValueError/TypeError for values that do not fit."""
+        options = {}
+        for option in dataclasses.fields(cls):
+            value = values.get(option.name, option.default)
+            if option.name == "seed":
+                options["seed"] = None if value in (None, "") or int(value) < 0 else int(value)
+            else:
+                options[option.name] = type(option.default)(value)
+        return cls(**options)
 
 
 @dataclass(frozen=True)

@@ -117,28 +117,40 @@ def write_replies(path: str | Path, questions, references, replies) -> None:
     atomic_write_bytes(path, buffer.getvalue().encode("utf-8"))
 
 
+MIN_UNIQUE = 0.5  # below this share of distinct replies an epoch is "collapsed" and is not kept for its chrF
+
+
+def selection_score(chrf: float, unique_ratio: float) -> float:
+    """What `ReplyQualityCheckpoint` maximises: chrF among epochs whose replies are varied, and
+    below every such epoch (ranked by variety) the collapsed ones. One reply for every question
+    can score a fair chrF on this data (a common answer shares many characters with most answers)."""
+    return chrf if unique_ratio >= MIN_UNIQUE else unique_ratio - 1.0
+
+
 class ReplyQualityCheckpoint(keras.callbacks.Callback):
     """After every epoch, greedily answer up to `max_questions` validation questions with the model
-    being trained, add `val_chrf` and `val_unique` to the epoch's logs, and save the weights to
-    `weights_path` when `val_chrf` is the best so far (above `best`, for a resumed run).
+    being trained, add `val_chrf`, `val_unique` and `val_select` (see `selection_score`) to the epoch's
+    logs, and save the weights to `weights_path` when `val_select` is the best so far (above `best`,
+    for a resumed run).
 
     Validation loss alone picks the wrong epoch: its minimum often comes with a handful of generic
-    replies for every question, while chrF of the replies keeps rising for many epochs after it."""
+    replies for every question, while the replies keep getting better for many epochs after it."""
 
     def __init__(self, bot, pairs, weights_path: str | Path, max_questions: int = 500, best: float | None = None):
         super().__init__()
         sample = pairs[:: max(1, len(pairs) // max_questions)][:max_questions]
         self.bot, self.weights_path = bot, str(weights_path)
         self.questions, self.references = [p.question for p in sample], [p.answer for p in sample]
-        self.best = -1.0 if best is None else best
+        self.best = -math.inf if best is None else best
 
     def on_epoch_end(self, epoch, logs=None):
         replies = []
         for start in range(0, len(self.questions), 128):
             replies += self.bot.reply_batch(self.questions[start:start + 128])
         scores = reply_metrics(replies, self.references)
+        score = selection_score(scores["chrf"], scores["unique_ratio"])
         if logs is not None:
-            logs["val_chrf"], logs["val_unique"] = scores["chrf"], scores["unique_ratio"]
-        if scores["chrf"] > self.best:
-            self.best = scores["chrf"]
+            logs.update(val_chrf=scores["chrf"], val_unique=scores["unique_ratio"], val_select=score)
+        if score > self.best:
+            self.best = score
             self.model.save_weights(self.weights_path)

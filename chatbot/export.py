@@ -15,7 +15,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from chatbot.generate import Chatbot, Decoder
+from chatbot.generate import CachedDecoder, Chatbot
+from chatbot.samplers import GreedySampler
 
 
 class ReplyModule(tf.Module):
@@ -25,19 +26,13 @@ class ReplyModule(tf.Module):
         super().__init__(name="chatbot")
         self.model = bot.model
         self.sentencepiece = bot.tokenizer.sp  # tracked, so the vocabulary travels with the SavedModel
-        self._decoder = Decoder(bot.model, bot.tokenizer)
+        self._decoder = CachedDecoder(bot.model, bot.tokenizer)
         _, self._options = bot.options(strategy="greedy", max_new_tokens=bot.model.max_length, seed=0)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions")])
     def serve(self, questions):
-        ids = self._decoder.sample_loop(questions, self._options, _greedy(), no_repeat_ngram_size=0)
+        ids = self._decoder.decode(questions, self._options, GreedySampler(), no_repeat_ngram_size=0)
         return {"replies": self._decoder.tokenizer.detokenize(ids)}
-
-
-def _greedy():
-    from chatbot.samplers import GreedySampler
-
-    return GreedySampler()
 
 
 def export_saved_model(model_dir: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:

@@ -1,14 +1,13 @@
 """`Chatbot`: answering questions with a trained model, fast.
 
 Owns: cached, compiled decoding (the encoder runs once per request; each decoder step feeds one
-token and reuses the key/value cache; the whole reply is one `tf.function` with a while loop),
-greedy / beam / sampling strategies, streaming, batches, attention maps, and the naive
+token and reuses the key/value cache; the whole reply is one `tf.function` with a while loop) with
+one step function for every sampler, streaming, batches, attention maps, and the naive
 full-recompute greedy decoder kept as the test oracle. Must not touch Gradio.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from pathlib import Path
 from typing import Iterator, NamedTuple
@@ -20,14 +19,14 @@ from chatbot.artifacts import load_model_dir
 from chatbot.config import ChatbotConfig, GenerationConfig
 from chatbot.layers import padding_mask
 from chatbot.pipeline import encoder_inputs
-from chatbot.samplers import BeamSampler, GreedySampler, TopKTopPSampler, process_logits, suppress_special
+from chatbot.samplers import NEG_INF, Sampler, process_logits, sampler_for, suppress_special
 from chatbot.tokenizer import END_ID, PAD_ID, START_ID, Tokenizer
 
 
 class Options(NamedTuple):
     """The decoding options that are tensors, so changing them never recompiles."""
 
-    max_new_tokens: tf.Tensor
+    steps: tf.Tensor  # new tokens at most: max_new_tokens, capped by the model's max_length
     temperature: tf.Tensor
     top_k: tf.Tensor
     top_p: tf.Tensor
@@ -41,111 +40,90 @@ OPTIONS_SIGNATURE = Options(*(tf.TensorSpec([], dtype) for dtype in (
 
 
 class State(NamedTuple):
-    """The loop state of greedy and sampling decoding."""
+    """The decoding loop's state. Rows are replies: `num_beams` per question (one unless beam search)."""
 
     index: tf.Tensor  # position of the last written token
-    tokens: tf.Tensor  # (batch, max_length + 1): start token, reply, padding
-    finished: tf.Tensor  # (batch,) bool
-    seen: tf.Tensor  # (batch, vocab) bool: tokens already in the reply
+    tokens: tf.Tensor  # (rows, max_length + 1): start token, reply, padding
+    finished: tf.Tensor  # (rows,) bool
+    seen: tf.Tensor  # (rows, vocab) bool: tokens already in the reply
+    scores: tf.Tensor  # (rows,) summed log-probability of each reply
     self_cache: tf.Tensor
     cross_cache: tf.Tensor
     memory_mask: tf.Tensor
 
 
-class Decoder:
-    """Compiled decoding over one model and tokenizer, shared by `Chatbot` and the SavedModel export."""
+class CachedDecoder:
+    """Compiled cached decoding over one model and tokenizer, shared by `Chatbot` and the SavedModel
+    export. One step function and one loop serve every sampler (see `chatbot.samplers.Sampler`)."""
 
-    def __init__(self, model, tokenizer: Tokenizer, jit_compile: bool = False):
+    def __init__(self, model, tokenizer: Tokenizer):
         self.model, self.tokenizer = model, tokenizer
         self.max_length = model.max_length
-        self.jit_compile = jit_compile
         self._compiled = {}
 
-    # -- pieces --------------------------------------------------------------------------
+    def step_limit(self, max_new_tokens: int) -> int:
+        """How many tokens a reply may get: what was asked for, within the model's positions."""
+        return min(max_new_tokens, self.max_length)
+
     def encode_texts(self, texts):
         """Strings (batch,) -> encoder ids (batch, src_len) padded with 0, all in the graph."""
         return encoder_inputs(self.tokenizer.tokenize(texts), self.max_length).to_tensor()
 
-    def start(self, encoder_ids) -> State:
+    def start(self, encoder_ids, num_beams: int = 1) -> State:
+        """The state before the first step; each question's row repeated `num_beams` times, only the
+        first of them alive (the others start at -inf, so the first step does not pick one token twice)."""
+        encoder_ids = tf.repeat(encoder_ids, num_beams, axis=0)  # (rows, src_len)
         memory = self.model.encode(encoder_ids, training=False)
         self_cache, cross_cache = self.model.init_cache(memory)
-        batch = tf.shape(encoder_ids)[0]
-        tokens = tf.concat([tf.fill([batch, 1], START_ID),
-                            tf.fill([batch, self.max_length], PAD_ID)], axis=1)
-        return State(tf.constant(0), tokens, tf.zeros([batch], tf.bool),
-                     tf.zeros([batch, self.model.vocab_size], tf.bool), self_cache, cross_cache,
+        rows = tf.shape(encoder_ids)[0]
+        tokens = tf.concat([tf.fill([rows, 1], START_ID), tf.fill([rows, self.max_length], PAD_ID)], axis=1)
+        scores = tf.where(tf.range(rows) % num_beams == 0, 0.0, NEG_INF)
+        seen = tf.zeros([rows, self.model.vocab_size], tf.bool)
+        return State(tf.constant(0), tokens, tf.zeros([rows], tf.bool), seen, scores, self_cache, cross_cache,
                      padding_mask(encoder_ids))
 
-    def step(self, state: State, options: Options, sampler, no_repeat_ngram_size: int) -> State:
-        """Feed the last token, choose the next one, write it at index + 1."""
+    def step(self, state: State, options: Options, sampler: Sampler, no_repeat_ngram_size: int) -> State:
+        """Feed the last token, let the sampler choose the next one, write it at index + 1."""
         last = tf.gather(state.tokens, [state.index], axis=1)
         logits, self_cache = self.model.decode_step(last, state.index, state.self_cache, state.cross_cache,
                                                     state.memory_mask)
-        logits = process_logits(logits, state.tokens, state.index, state.seen, options.repetition_penalty,
-                                no_repeat_ngram_size)
-        chosen = tf.where(state.finished, PAD_ID, sampler.next(logits, state.index, options))
-        tokens = _write(state.tokens, state.index + 1, chosen)
+        logits = process_logits(logits, state.tokens, state.index, state.seen, state.finished,
+                                options.repetition_penalty, no_repeat_ngram_size)
+        chosen, parents, scores = sampler.next(logits, state.scores, state.index, options)
+        state = state._replace(self_cache=self_cache)
+        if sampler.num_beams > 1:  # a new row may continue another row of its question: move the rows along
+            follow = lambda t: tf.gather(t, parents)  # noqa: E731
+            state = state._replace(tokens=follow(state.tokens), finished=follow(state.finished),
+                                   seen=follow(state.seen), self_cache=follow(state.self_cache))
         seen = state.seen | tf.one_hot(chosen, self.model.vocab_size, on_value=True, off_value=False)
-        return state._replace(index=state.index + 1, tokens=tokens, finished=state.finished | (chosen == END_ID),
-                              seen=seen, self_cache=self_cache)
+        return state._replace(index=state.index + 1, tokens=_write(state.tokens, state.index + 1, chosen),
+                              finished=state.finished | (chosen == END_ID), seen=seen, scores=scores)
 
-    def steps_allowed(self, options: Options):
-        return tf.minimum(options.max_new_tokens, self.max_length)
-
-    # -- whole replies, compiled -----------------------------------------------------------
-    def sample_loop(self, texts, options: Options, sampler, no_repeat_ngram_size: int):
-        state = self.start(self.encode_texts(texts))
-        limit = self.steps_allowed(options)
+    def decode(self, texts, options: Options, sampler: Sampler, no_repeat_ngram_size: int):
+        """Strings (batch,) -> reply ids (batch, max_length), padded after the end token, in the graph."""
+        state = self.start(self.encode_texts(texts), sampler.num_beams)
         state = tf.while_loop(
-            lambda s: (s.index < limit) & ~tf.reduce_all(s.finished),
+            lambda s: (s.index < options.steps) & ~tf.reduce_all(s.finished),
             lambda s: (self.step(s, options, sampler, no_repeat_ngram_size),),
             (state,), maximum_iterations=self.max_length)[0]
-        return state.tokens[:, 1:]
-
-    def beam_loop(self, texts, options: Options, num_beams: int, no_repeat_ngram_size: int):
-        encoder_ids = tf.repeat(self.encode_texts(texts), num_beams, axis=0)  # (batch*beams, src_len)
-        state = self.start(encoder_ids)
-        batch = tf.shape(encoder_ids)[0] // num_beams
-        scores = tf.tile(tf.concat([[0.0], tf.fill([num_beams - 1], -1e9)], 0)[None], [batch, 1])
-        sampler = BeamSampler(num_beams)
-        limit = self.steps_allowed(options)
-
-        def body(state, scores):
-            last = tf.gather(state.tokens, [state.index], axis=1)
-            logits, self_cache = self.model.decode_step(last, state.index, state.self_cache, state.cross_cache,
-                                                        state.memory_mask)
-            logits = process_logits(logits, state.tokens, state.index, state.seen, options.repetition_penalty,
-                                    no_repeat_ngram_size)
-            scores, parent, chosen = sampler.next(tf.nn.log_softmax(logits), scores, state.finished)
-            rows = tf.reshape(parent + tf.range(batch)[:, None] * num_beams, [-1])  # reorder beams
-            chosen = tf.reshape(chosen, [-1])
-            reorder = lambda t: tf.gather(t, rows)  # noqa: E731
-            tokens = _write(reorder(state.tokens), state.index + 1, chosen)
-            finished = reorder(state.finished) | (chosen == END_ID)
-            seen = reorder(state.seen) | tf.one_hot(chosen, self.model.vocab_size, on_value=True, off_value=False)
-            state = state._replace(index=state.index + 1, tokens=tokens, finished=finished, seen=seen,
-                                   self_cache=reorder(self_cache))
-            return state, scores
-
-        state, scores = tf.while_loop(lambda s, _: (s.index < limit) & ~tf.reduce_all(s.finished), body,
-                                      (state, scores), maximum_iterations=self.max_length)
-        replies = tf.reshape(state.tokens[:, 1:], [batch, num_beams, -1])
+        replies = state.tokens[:, 1:]
+        if sampler.num_beams == 1:
+            return replies
+        replies = tf.reshape(replies, [-1, sampler.num_beams, self.max_length])  # (batch, beams, max_length)
         lengths = tf.reduce_sum(tf.cast(replies != PAD_ID, tf.float32), axis=-1)
+        scores = tf.reshape(state.scores, [-1, sampler.num_beams])
         normalised = scores / tf.maximum(lengths, 1.0) ** options.length_penalty
         return tf.gather(replies, tf.argmax(normalised, axis=-1, output_type=tf.int32), batch_dims=1)
 
-    def generate_ids(self, texts, options: Options, strategy="greedy", num_beams=4, no_repeat_ngram_size=0):
-        """Reply ids (batch, max_length), padded after the end token, from one compiled call per
-        (strategy, beam width, n-gram size)."""
-        key = (strategy, num_beams if strategy == "beam" else 0, no_repeat_ngram_size)
+    def generate_ids(self, texts, options: Options, settings: GenerationConfig):
+        """Reply ids (batch, max_length) from one compiled call per (strategy, beam width, n-gram size)."""
+        key = (settings.strategy, settings.num_beams if settings.strategy == "beam" else 0,
+               settings.no_repeat_ngram_size)
         if key not in self._compiled:
-            if strategy == "beam":
-                fn = lambda t, o: self.beam_loop(t, o, num_beams, no_repeat_ngram_size)  # noqa: E731
-            else:
-                sampler = TopKTopPSampler() if strategy == "sample" else GreedySampler()
-                fn = lambda t, o: self.sample_loop(t, o, sampler, no_repeat_ngram_size)  # noqa: E731
-            self._compiled[key] = tf.function(fn, jit_compile=self.jit_compile, input_signature=[
-                tf.TensorSpec([None], tf.string), OPTIONS_SIGNATURE])
+            sampler = sampler_for(settings)
+            self._compiled[key] = tf.function(
+                lambda t, o: self.decode(t, o, sampler, settings.no_repeat_ngram_size),
+                input_signature=[tf.TensorSpec([None], tf.string), OPTIONS_SIGNATURE])
         return self._compiled[key](tf.constant(texts, tf.string), options)
 
 
@@ -160,8 +138,9 @@ class Chatbot:
 
     def __init__(self, model, tokenizer: Tokenizer, config: ChatbotConfig, path: str | Path | None = None):
         self.model, self.tokenizer, self.config, self.path = model, tokenizer, config, path
-        self.decoder = Decoder(model, tokenizer)
+        self.decoder = CachedDecoder(model, tokenizer)
         self._step = {}
+        self._seeds = random.Random()  # its own: code that reseeds Python's `random` (training) leaves it alone
 
     @classmethod
     def load(cls, path: str | Path) -> "Chatbot":
@@ -170,17 +149,17 @@ class Chatbot:
 
     def options(self, **decoding) -> tuple[GenerationConfig, Options]:
         settings = GenerationConfig(**decoding)
-        seed = settings.seed if settings.seed is not None else random.randrange(2**31 - 1)
+        seed = settings.seed if settings.seed is not None else self._seeds.randrange(2**31 - 1)
+        steps = self.decoder.step_limit(settings.max_new_tokens)
         return settings, Options(
-            tf.constant(settings.max_new_tokens), tf.constant(settings.temperature, tf.float32),
+            tf.constant(steps), tf.constant(settings.temperature, tf.float32),
             tf.constant(settings.top_k), tf.constant(settings.top_p, tf.float32),
             tf.constant(settings.repetition_penalty, tf.float32), tf.constant(settings.length_penalty, tf.float32),
             tf.constant(seed))
 
     def reply_ids(self, texts: list[str], **decoding) -> np.ndarray:
         settings, options = self.options(**decoding)
-        return self.decoder.generate_ids(list(texts), options, settings.strategy, settings.num_beams,
-                                         settings.no_repeat_ngram_size).numpy()
+        return self.decoder.generate_ids(list(texts), options, settings).numpy()
 
     def reply_batch(self, texts: list[str], **decoding) -> list[str]:
         if not texts:
@@ -200,11 +179,11 @@ class Chatbot:
             return
         key = (settings.strategy, settings.no_repeat_ngram_size)
         if key not in self._step:
-            sampler = TopKTopPSampler() if settings.strategy == "sample" else GreedySampler()
+            sampler = sampler_for(settings)
             self._step[key] = tf.function(lambda s, o: self.decoder.step(s, o, sampler, settings.no_repeat_ngram_size))
         state = self.decoder.start(self.decoder.encode_texts(tf.constant([text])))
         previous = ""
-        for _ in range(min(settings.max_new_tokens, self.decoder.max_length)):
+        for _ in range(int(options.steps)):
             state = self._step[key](state, options)
             if bool(state.finished[0]):
                 break
@@ -233,7 +212,7 @@ class Chatbot:
         for every new token. Slow on purpose; the oracle the cached decoder is tested against."""
         encoder_ids = self.decoder.encode_texts(tf.constant([text]))
         output = [START_ID]
-        for _ in range(min(max_new_tokens, self.decoder.max_length)):
+        for _ in range(self.decoder.step_limit(max_new_tokens)):
             logits = self.model((encoder_ids, tf.constant([output], tf.int32)), training=False)[:, -1]
             token = int(tf.argmax(suppress_special(logits, len(output) - 1), axis=-1)[0])
             if token == END_ID:

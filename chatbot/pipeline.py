@@ -56,27 +56,30 @@ def make_dataset(question_ids: tf.RaggedTensor, answer_ids: tf.RaggedTensor, *, 
     encoder = encoder_inputs(question_ids, max_length)
     decoder = add_start_end(answer_ids)
 
-    dataset = tf.data.Dataset.from_tensor_slices((encoder, decoder)).cache()
+    # Each pair's bucket length: its longer side once shifted (encoder input or target), computed
+    # once here and carried through the pipeline to bucket by and to count the batches with.
+    lengths = tf.cast(tf.maximum(encoder.row_lengths(), decoder.row_lengths() - 1), tf.int32)
+    dataset = tf.data.Dataset.from_tensor_slices((encoder, decoder, lengths)).cache()
     if shuffle:
         dataset = dataset.shuffle(int(encoder.nrows()), seed=seed, reshuffle_each_iteration=True)
 
-    def teacher_forcing(encoder_seq, decoder_seq):
-        return (encoder_seq, decoder_seq[:-1]), decoder_seq[1:]
+    def teacher_forcing(encoder_seq, decoder_seq, length):
+        return (encoder_seq, decoder_seq[:-1]), decoder_seq[1:], length
 
     dataset = dataset.map(teacher_forcing, num_parallel_calls=tf.data.AUTOTUNE)
     if bucketed:
         boundaries = [b for b in BUCKET_BOUNDARIES if b < max_length] + [max_length + 1]
         dataset = dataset.bucket_by_sequence_length(
-            element_length_func=lambda inputs, targets: tf.maximum(tf.shape(inputs[0])[0], tf.shape(targets)[0]),
+            element_length_func=lambda inputs, targets, length: length,
             bucket_boundaries=boundaries,
             bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
             pad_to_bucket_boundary=True,
         )
         # tf.data cannot know how many batches bucketing makes; telling it gives the first epoch a
         # real progress bar (not "Unknown") and spares Keras' "input ran out of data" warning.
-        lengths = np.maximum(encoder.row_lengths().numpy(), decoder.row_lengths().numpy() - 1)
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(bucketed_batch_count(lengths, boundaries,
-                                                                                            batch_size)))
+        count = bucketed_batch_count(lengths.numpy(), boundaries, batch_size)
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
     else:
-        dataset = dataset.padded_batch(batch_size, padded_shapes=(([max_length], [max_length]), [max_length]))
+        dataset = dataset.padded_batch(batch_size, padded_shapes=(([max_length], [max_length]), [max_length], []))
+    dataset = dataset.map(lambda inputs, targets, lengths: (inputs, targets))
     return dataset.prefetch(tf.data.AUTOTUNE)

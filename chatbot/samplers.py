@@ -1,14 +1,15 @@
 """Choosing the next token: logit processors and the greedy, sampling and beam samplers.
 
-Owns: special-token suppression, repetition penalty, no-repeat-n-gram blocking, and the
-samplers behind one contract, `next(logits, ...)`. Everything is a TensorFlow op on fixed shapes,
-so it runs inside the compiled decoding loop. Must not know about strings.
+Owns: special-token suppression, repetition penalty, no-repeat-n-gram blocking, padding after the
+end, and the samplers behind one contract, `Sampler.next` (see there). Everything is a TensorFlow op
+on fixed shapes, so it runs inside the compiled decoding loop. Must not know about strings.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
+from chatbot.config import GenerationConfig
 from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID
 
 NEG_INF = -1e9
@@ -51,25 +52,58 @@ def ban_repeated_ngrams(logits, tokens, index, n: int):
     return tf.where(banned, NEG_INF, logits)
 
 
-def process_logits(logits, tokens, index, seen, repetition_penalty, no_repeat_ngram_size: int):
+def only_padding_when_finished(logits, finished):
+    """A finished row (`finished`, (rows,) bool) may only continue with padding, at no cost."""
+    only_pad = tf.where(tf.range(tf.shape(logits)[-1]) == PAD_ID, 0.0, NEG_INF)
+    return tf.where(finished[:, None], only_pad[None], logits)
+
+
+def process_logits(logits, tokens, index, seen, finished, repetition_penalty, no_repeat_ngram_size: int):
     logits = suppress_special(logits, index)
     logits = apply_repetition_penalty(logits, seen, repetition_penalty)
-    return ban_repeated_ngrams(logits, tokens, index, no_repeat_ngram_size)
+    logits = ban_repeated_ngrams(logits, tokens, index, no_repeat_ngram_size)
+    return only_padding_when_finished(logits, finished)
 
 
-class GreedySampler:
+class Sampler:
+    """The contract every sampler keeps: `next(logits, scores, step, options) -> (tokens, parents, scores)`.
+
+    Rows are the replies being decoded: `num_beams` per question, one for greedy and sampling.
+    `logits` (rows, vocab) are the processed logits of the next token; `scores` (rows,) each row's
+    summed log-probability so far; `step` the position of the last written token; `options` the
+    tensor decoding options (`temperature`, `top_k`, `top_p`, `seed`, ...). Returns the chosen
+    tokens (rows,), the row each new row continues (rows,) and the new scores (rows,). A sampler
+    with one row per question keeps every row in place and only implements `choose`.
+    """
+
+    num_beams = 1
+
+    @classmethod
+    def from_settings(cls, settings: GenerationConfig) -> "Sampler":
+        return cls()
+
+    def choose(self, logits, step, options):
+        raise NotImplementedError
+
+    def next(self, logits, scores, step, options):
+        tokens = self.choose(logits, step, options)
+        chosen_log_probs = tf.gather(tf.nn.log_softmax(logits), tokens, axis=-1, batch_dims=1)
+        return tokens, tf.range(tf.shape(tokens)[0]), scores + chosen_log_probs
+
+
+class GreedySampler(Sampler):
     """The most likely token."""
 
-    def next(self, logits, step, options):
+    def choose(self, logits, step, options):
         return tf.argmax(logits, axis=-1, output_type=tf.int32)
 
 
-class TopKTopPSampler:
+class TopKTopPSampler(Sampler):
     """Sample from softmax(logits / temperature) restricted to the `top_k` most likely tokens
     (0 = all) and to the smallest set whose probability reaches `top_p` (1.0 = all).
     `options.seed` and the step make the draw reproducible (stateless random ops)."""
 
-    def next(self, logits, step, options):
+    def choose(self, logits, step, options):
         logits = logits / options.temperature
         vocab = tf.shape(logits)[-1]
         ordered = tf.sort(logits, axis=-1, direction="DESCENDING")
@@ -84,22 +118,33 @@ class TopKTopPSampler:
         return tf.cast(tf.random.stateless_categorical(logits, 1, seed)[:, 0], tf.int32)
 
 
-class BeamSampler:
-    """Keep the `num_beams` best partial replies by summed log-probability.
+class BeamSampler(Sampler):
+    """Keep the `num_beams` best partial replies of each question by summed log-probability.
 
-    `next(log_probs (batch*beams, vocab), scores (batch, beams), finished (batch*beams,))` returns
-    the new scores, which old beam each new beam continues, and its token. A finished beam can
-    only be continued by padding at no cost, so it keeps its score and competes as it is.
+    Rows come in groups of `num_beams` per question. Each step keeps the best `num_beams`
+    continuations of the whole group, so a new row may continue another row of its group
+    (`parents`). A finished row continues only with padding at no cost (the decoder masks its
+    logits), so it keeps its score and competes as it is.
     """
 
     def __init__(self, num_beams: int):
         self.num_beams = num_beams
 
-    def next(self, log_probs, scores, finished):
-        vocab = tf.shape(log_probs)[-1]
-        only_pad = tf.where(tf.range(vocab)[None] == PAD_ID, 0.0, NEG_INF)
-        log_probs = tf.where(finished[:, None], only_pad, log_probs)
-        candidates = tf.reshape(scores, [-1])[:, None] + log_probs  # (batch*beams, vocab)
+    @classmethod
+    def from_settings(cls, settings: GenerationConfig) -> "BeamSampler":
+        return cls(settings.num_beams)
+
+    def next(self, logits, scores, step, options):
+        vocab = tf.shape(logits)[-1]
+        candidates = scores[:, None] + tf.nn.log_softmax(logits)  # (batch*beams, vocab)
         candidates = tf.reshape(candidates, [-1, self.num_beams * vocab])
-        scores, flat = tf.math.top_k(candidates, k=self.num_beams)
-        return scores, flat // vocab, flat % vocab
+        scores, flat = tf.math.top_k(candidates, k=self.num_beams)  # (batch, beams)
+        parents = flat // vocab + tf.range(tf.shape(candidates)[0])[:, None] * self.num_beams
+        return tf.reshape(flat % vocab, [-1]), tf.reshape(parents, [-1]), tf.reshape(scores, [-1])
+
+
+SAMPLERS = {"greedy": GreedySampler, "beam": BeamSampler, "sample": TopKTopPSampler}  # by `strategy`
+
+
+def sampler_for(settings: GenerationConfig) -> Sampler:
+    return SAMPLERS[settings.strategy].from_settings(settings)

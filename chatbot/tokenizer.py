@@ -24,7 +24,6 @@ SEPARATOR = "<sep>"  # reserved for retrieval context on the encoder input
 TONE_TOKENS = ("<tone0>", "<tone1>", "<tone2>")  # reserved for label conditioning
 RESERVED_TOKENS = (SEPARATOR, *TONE_TOKENS)
 NUM_SPECIAL = 4 + len(RESERVED_TOKENS)  # ids below this never appear in replies
-MODEL_FILE = "tokenizer.model"  # also named in artifacts.py, which must not import TensorFlow
 
 
 def normalize_tf(texts: tf.Tensor) -> tf.Tensor:
@@ -45,7 +44,7 @@ class Tokenizer:
         self.vocab_hash = hashlib.sha256(model_proto).hexdigest()
 
     @classmethod
-    def train(cls, texts, vocab_size: int = 8000, seed: int = 42) -> "Tokenizer":
+    def train(cls, texts, vocab_size: int = 8000) -> "Tokenizer":
         """Learn a unigram vocabulary of at most `vocab_size` pieces from normalised texts."""
         texts = [t for t in texts if t]
         if not texts:
@@ -90,9 +89,10 @@ class Tokenizer:
     def decode(self, ids: list[list[int]]) -> list[str]:
         return [s.decode("utf-8") for s in self.detokenize(tf.ragged.constant(ids, dtype=tf.int32)).numpy()]
 
-    def save(self, directory: str | Path) -> None:
-        Path(directory, MODEL_FILE).write_bytes(self.model_proto)
+    def save(self, path: str | Path) -> None:
+        """Write the SentencePiece model to the file `path` (its name is the model directory's business)."""
+        Path(path).write_bytes(self.model_proto)
 
     @classmethod
-    def load(cls, directory: str | Path) -> "Tokenizer":
-        return cls(Path(directory, MODEL_FILE).read_bytes())
+    def load(cls, path: str | Path) -> "Tokenizer":
+        return cls(Path(path).read_bytes())

@@ -21,7 +21,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from chatbot.artifacts import HISTORY_FILE, METRICS_FILE, ArtifactError, save_model_dir
+from chatbot.artifacts import HISTORY_FILE, METRICS_FILE, TOKENIZER_FILE, ArtifactError, save_model_dir
 from chatbot.config import ChatbotConfig, TokenizerConfig
 from chatbot.data import QAPair, split_by_question
 from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy, transformer_optimizer
@@ -69,7 +69,7 @@ def _selection_callbacks(config: ChatbotConfig, model, tokenizer, val_pairs, bes
         from chatbot.evaluate import ReplyQualityCheckpoint
         from chatbot.generate import Chatbot
 
-        monitor, mode = "val_chrf", "max"
+        monitor, mode = "val_select", "max"
         chosen = [ReplyQualityCheckpoint(Chatbot(model, tokenizer, config), val_pairs, best_path,
                                          best=_best_so_far(history_path, monitor, max))]
     else:
@@ -95,15 +95,15 @@ def _prepare_state(state: Path, config: ChatbotConfig, train_pairs: list[QAPair]
             changed = sorted(f"{section}.{key}" for section in settings for key in settings[section]
                              if saved.get(section, {}).get(key) != settings[section][key])
             raise ArtifactError(f"--resume with different settings than the interrupted run: {', '.join(changed)}")
-        return Tokenizer.load(state)
+        return Tokenizer.load(state / TOKENIZER_FILE)
     if state.exists():
         raise ArtifactError(f"an interrupted run is in {state}: pass --resume to continue it, or delete that folder")
     texts = [p.question for p in train_pairs] + [p.answer for p in train_pairs]
-    tokenizer = Tokenizer.train(texts, config.tokenizer.vocab_size, seed=config.train.seed)
+    tokenizer = Tokenizer.train(texts, config.tokenizer.vocab_size)
     temp = state.with_name(state.name + ".new")
     shutil.rmtree(temp, ignore_errors=True)
     temp.mkdir(parents=True)
-    tokenizer.save(temp)
+    tokenizer.save(temp / TOKENIZER_FILE)
     (temp / STATE_CONFIG).write_text(json.dumps(settings, indent=2), encoding="utf-8")
     temp.rename(state)
     return tokenizer

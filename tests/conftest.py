@@ -1,4 +1,8 @@
-"""Shared fixtures: small real Korean data and a tiny model trained in seconds."""
+"""Shared fixtures: small real Korean data and a tiny model trained once per session.
+
+Markers: `slow` marks browser, notebook, subprocess and training-to-quality tests;
+`pytest -m "not slow"` is the quick lane, plain `pytest` runs everything.
+"""
 
 import csv
 import os
@@ -30,7 +34,7 @@ TINY_PAIRS = [
 ]
 
 
-REPEATS = 5
+REPEATS = 40  # each pair forty times an epoch: few epochs, so little per-epoch overhead (callbacks, checkpoints)
 
 
 def write_csv(path: Path, rows, header=("Q", "A", "label"), encoding="utf-8") -> Path:
@@ -47,11 +51,11 @@ def tiny_csv(tmp_path_factory) -> Path:
     return write_csv(tmp_path_factory.mktemp("data") / "tiny.csv", TINY_PAIRS)
 
 
-def tiny_config(epochs=60, **train):
+def tiny_config(epochs=4, **train):
     from chatbot.config import ChatbotConfig, DataConfig, ModelConfig, TokenizerConfig, TrainConfig
 
     return ChatbotConfig(
-        model=ModelConfig(num_layers=2, d_model=64, num_heads=4, dff=128, dropout=0.0, max_length=16),
+        model=ModelConfig(num_layers=1, d_model=32, num_heads=2, dff=64, dropout=0.0, max_length=16),
         tokenizer=TokenizerConfig(vocab_size=200),
         data=DataConfig(val_fraction=0.0),
         train=TrainConfig(epochs=epochs, batch_size=16, warmup_steps=100, **train))
@@ -59,13 +63,12 @@ def tiny_config(epochs=60, **train):
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, tiny_csv) -> Path:
-    """A model overfit on TINY_PAIRS (about half a minute on 2 cores)."""
+    """A model overfit on TINY_PAIRS (300 steps; it learns nearly every answer by heart), trained once per session."""
     from chatbot.data import load_pairs
     from chatbot.train import train
 
     pairs, _ = load_pairs(tiny_csv)
     out = tmp_path_factory.mktemp("models") / "tiny"
-    # Each pair five times: ten steps an epoch, so per-epoch overhead stays small.
     return train(pairs * REPEATS, tiny_config(), out, verbose=0, log=lambda *_: None)
 
 

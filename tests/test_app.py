@@ -1,16 +1,17 @@
 """The Gradio app, served in-process on a free port and driven with gradio_client like a real user
-(plus direct calls for the pieces without an endpoint of their own: limits, streaming, the picker)."""
+(plus direct calls for what has no endpoint of its own: streaming into the chat, the command line).
+The workspace behind it (models, uploads, training) and the heatmaps have their own test modules."""
 
 import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pytest
 from gradio_client import Client, handle_file
 
 import app
+from chatbot.workspace import load_chatbot
 from conftest import launch_app
 
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
@@ -27,7 +28,7 @@ def models_root(tmp_path_factory, tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def bot(models_root):
-    return app.load_bot(models_root / "tiny")
+    return load_chatbot(models_root / "tiny")
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,12 @@ def client(url):
 
 def model_dirs(root: Path) -> set[str]:
     return {path.name for path in root.iterdir() if (path / "config.json").is_file()}
+
+
+def settings(**changes) -> list:
+    """The settings panel's values, in its order (GenerationConfig's fields); a seed of -1 draws one."""
+    values = {**{name: getattr(app.DEFAULTS, name) for name in app.DECODING_OPTIONS}, "seed": -1, **changes}
+    return [values[name] for name in app.DECODING_OPTIONS]
 
 
 # -- chat over the API --------------------------------------------------------------------------
@@ -129,10 +136,10 @@ def test_uploads_over_the_size_limit_are_refused(client, bot, tmp_path):
     assert big.stat().st_size > app.MAX_UPLOAD_BYTES
     with pytest.raises(Exception):
         client.predict(handle_file(big), api_name="/check_data")  # the server refuses the upload
-    pairs, message = app.ChatApp(bot, tmp_path).read_csv(str(big))  # and the handler would too
-    assert pairs is None and message.startswith("error: big.csv: 파일이 너무 커요")
+    assert app.ChatApp(bot, tmp_path).check_csv(str(big)).startswith("error: big.csv: 파일이 너무 커요")  # the handler too
 
 
+@pytest.mark.slow  # trains a model
 def test_training_adds_a_model_that_is_listed_and_answers(client, models_root, tiny_csv):
     before = model_dirs(models_root)
     job = client.submit(handle_file(tiny_csv), 1, "tiny", api_name="/train")
@@ -153,15 +160,9 @@ def test_training_adds_a_model_that_is_listed_and_answers(client, models_root, t
 
 # -- the pieces behind the endpoints -----------------------------------------------------------
 
-def test_long_question_is_cut_with_a_notice():
-    question, notice = app.clip_question("가" * 500)
-    assert question == "가" * app.MAX_QUESTION_CHARS and str(app.MAX_QUESTION_CHARS) in notice
-    assert app.clip_question("  안녕  ") == ("안녕", "")
-
-
 def test_chat_streams_a_growing_reply_and_shows_text_not_html(bot, models_root):
     ui = app.ChatApp(bot, models_root)
-    updates = list(ui.respond("<b>배고파</b>", [], "tiny", "greedy", 4, 1.0, 0, 1.0, 1.0, 40, -1))
+    updates = list(ui.respond("<b>배고파</b>", [], "tiny", *settings()))
     replies = [history[-1]["content"] for history, _, _ in updates]
     assert len(replies) > 2 and all(len(a) <= len(b) for a, b in zip(replies, replies[1:]))
     history, textbox, last_exchange = updates[-1]
@@ -170,41 +171,13 @@ def test_chat_streams_a_growing_reply_and_shows_text_not_html(bot, models_root):
     assert HANGUL.search(replies[-1])
 
 
-def test_model_picker_offers_only_model_directories_under_the_root(bot, tmp_path, models_root):
-    shutil.copytree(models_root / "tiny", tmp_path / "other")
-    shutil.copytree(models_root / "tiny", tmp_path / ".hidden")  # e.g. a half-written save
-    (tmp_path / "no-config").mkdir()
-    (tmp_path / "file.txt").write_text("x")
-    shelf = app.ModelShelf(tmp_path, bot)
-    assert shelf.choices() == [("tiny (시작 모델)", ""), ("other", "other")]
-    assert shelf.get("") is bot and shelf.get("other") is shelf.get("other") is not bot
-    for name in (".hidden", "no-config", "../" + tmp_path.name + "/other", str(tmp_path / "other")):
-        with pytest.raises(app.ArtifactError):
-            shelf.get(name)
-
-
-def test_attention_figure_has_a_panel_per_layer_and_head_and_works_without_korean_font(monkeypatch):
-    result = {"question_tokens": ["<s>", "안녕", "</s>"], "reply_tokens": ["반가", "워요", "</s>"],
-              "weights": np.random.default_rng(0).random((2, 3, 3, 3))}
-    grid = app.attention_figure(result)
-    panels = [ax for ax in grid.axes if ax.get_title()]
-    assert len(panels) == 6 and panels[-1].get_title() == "층 2 · 헤드 3"
-    one = app.attention_figure(result, layer=2, head=1)
-    (panel,) = [ax for ax in one.axes if ax.get_title()]
-    assert [t.get_text() for t in panel.get_xticklabels()] == result["question_tokens"]
-    assert [t.get_text() for t in panel.get_yticklabels()] == result["reply_tokens"]
-    monkeypatch.setattr(app, "korean_font", lambda: None)
-    app.render_png(app.attention_figure(result))  # boxes instead of glyphs, but no error
-
-
-def test_training_sizes_give_valid_configs():
-    for size in app.TRAINING_SIZES:
-        assert app.training_config(3, size).train.epochs == 3
-    with pytest.raises(Exception):
-        app.training_config(3, "huge")
-
-
 # -- the command line --------------------------------------------------------------------------
+
+def test_long_question_is_cut_and_still_answered(bot, models_root):
+    ui = app.ChatApp(bot, models_root)
+    long = "배고파" + "요" * 500
+    assert ui.chat(long) == ui.chat(long[:app.MAX_QUESTION_CHARS])
+
 
 def test_missing_or_broken_model_dir_exits_2_with_one_error_line(tmp_path, capsys, models_root):
     broken = tmp_path / "broken"
@@ -226,13 +199,3 @@ def test_help_lists_the_flags(capsys):
     assert all(flag in out for flag in ("--model", "--host", "--port", "--share"))
 
 
-def test_loaded_models_keep_answering_after_the_tensorflow_seed_is_reset(bot, models_root):
-    import tensorflow as tf
-
-    ui = app.ChatApp(bot, models_root)
-    before = ui.chat("잘 자")
-    tf.random.set_seed(7)  # keras.utils.set_random_seed does this; it drops every loaded tokenizer's resource
-    assert ui.chat("잘 자") == before
-    tf.random.set_seed(8)
-    updates = list(ui.respond("잘 자", [], "", "greedy", 4, 1.0, 0, 1.0, 1.0, 40, -1))
-    assert updates[-1][0][-1]["content"] == app.as_text(before)

@@ -7,13 +7,15 @@ from pathlib import Path
 
 import pytest
 
-import app
+from chatbot.workspace import load_chatbot
 from conftest import launch_app
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 WAIT_MS = 120_000  # an upper bound for a stuck page, not a speed requirement
+
+pytestmark = pytest.mark.slow
 
 # Records every text the last bot message shows, so the test can see the reply grow token by token.
 WATCH_REPLIES = """() => {
@@ -46,7 +48,7 @@ def url(tmp_path_factory, tiny_model_dir):
     require_browser()
     root = tmp_path_factory.mktemp("browser-models")
     shutil.copytree(tiny_model_dir, root / "tiny")
-    demo, local_url = launch_app(app.load_bot(root / "tiny"), root)
+    demo, local_url = launch_app(load_chatbot(root / "tiny"), root)
     yield local_url
     demo.close()
 

@@ -1,9 +1,13 @@
+"""`python -m chatbot`: help for every command, one `error:` line and status 2 for user mistakes.
+Most checks call `cli.main` in this process; one runs the real `python -m chatbot` in a subprocess."""
+
 import os
 import subprocess
 import sys
 
 import pytest
 
+from chatbot import cli
 from conftest import ROOT, TINY_PAIRS, write_csv
 
 
@@ -12,18 +16,26 @@ def run_cli(*args, stdin=None, cwd=ROOT):
                           capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
-def assert_user_error(result, *words):
-    assert result.returncode == 2, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+def assert_user_error(status, stderr, *words):
+    assert status == 2, stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
     for word in words:
         assert word in lines[0]
 
 
+def main(capsys, *args):
+    """(exit status, stdout, stderr) of `python -m chatbot ARGS`, run in this process."""
+    status = cli.main([str(arg) for arg in args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
 @pytest.mark.parametrize("command", [[], ["train"], ["chat"], ["export"], ["download"]])
-def test_every_command_has_help(command):
-    result = run_cli(*command, "--help")
-    assert result.returncode == 0 and "usage:" in result.stdout
+def test_every_command_has_help(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*command, "--help"])
+    assert exit_info.value.code == 0 and "usage:" in capsys.readouterr().out
 
 
 def bad_csvs(tmp_path):
@@ -36,33 +48,49 @@ def bad_csvs(tmp_path):
             (tmp_path / "missing.csv", "not found")]
 
 
-def test_bad_csvs_give_one_error_line_and_no_output(tmp_path):
+def test_bad_csvs_give_one_error_line_and_no_output(tmp_path, capsys):
     for csv, reason in bad_csvs(tmp_path):
         out = tmp_path / f"out-{csv.stem}"
-        result = run_cli("train", "--data", csv, "--out", out)
-        assert_user_error(result, reason, csv.name)
+        status, _, err = main(capsys, "train", "--data", csv, "--out", out)
+        assert_user_error(status, err, reason, csv.name)
         assert not out.exists() and not out.with_name(out.name + ".training").exists()
 
 
-def test_bad_settings_are_user_errors(tmp_path):
+def test_bad_settings_are_user_errors(tmp_path, capsys, tiny_model_dir):
     csv = write_csv(tmp_path / "ok.csv", TINY_PAIRS)
-    assert_user_error(run_cli("train", "--data", csv, "--out", tmp_path / "m", "--d-model", "30", "--num-heads", "4"),
-                      "divisible")
-    assert_user_error(run_cli("chat", "--model", tmp_path / "nothing", "-q", "안녕"), "no model directory")
+    assert_user_error(*main(capsys, "train", "--data", csv, "--out", tmp_path / "m", "--d-model", "30",
+                            "--num-heads", "4")[::2], "divisible")
+    assert_user_error(*main(capsys, "chat", "--model", tmp_path / "nothing", "-q", "안녕")[::2], "no model directory")
+    assert_user_error(*main(capsys, "chat", "--model", tiny_model_dir, "-q", "x", "--temperature", "0")[::2],
+                      "temperature")
 
 
-def test_chat_one_shot_and_piped(tiny_model_dir):
-    one = run_cli("chat", "--model", tiny_model_dir, "--question", "배고파")
-    assert one.returncode == 0 and one.stdout.strip() == "맛있는 거 드세요."
+def test_a_corrupt_model_is_a_user_error_too(tmp_path, capsys, tiny_model_dir):
+    import shutil
+
+    broken = shutil.copytree(tiny_model_dir, tmp_path / "broken")
+    (broken / "model.keras").write_bytes(b"not a zip")
+    assert_user_error(*main(capsys, "chat", "--model", broken, "-q", "안녕")[::2], "cannot load the model")
+    assert_user_error(*main(capsys, "export", "--model", broken, "--out", tmp_path / "saved")[::2],
+                      "cannot load the model")
+
+
+def test_chat_one_shot(tiny_model_dir, capsys):
+    status, out, _ = main(capsys, "chat", "--model", tiny_model_dir, "--question", "배고파")
+    assert status == 0 and out.strip() == "맛있는 거 드세요."
+
+
+@pytest.mark.slow  # a TensorFlow subprocess
+def test_python_m_chatbot_answers_piped_lines(tiny_model_dir):
     piped = run_cli("chat", "--model", tiny_model_dir, stdin="안녕하세요\n잘 자\n")
+    assert piped.returncode == 0, piped.stderr[-2000:]
     assert piped.stdout.splitlines() == ["반가워요.", "좋은 꿈 꾸세요."]
-    assert_user_error(run_cli("chat", "--model", tiny_model_dir, "-q", "x", "--temperature", "0"), "temperature")
 
 
-def test_train_refuses_to_overwrite(tiny_model_dir, tmp_path):
+def test_train_refuses_to_overwrite(tiny_model_dir, tmp_path, capsys):
     csv = write_csv(tmp_path / "ok.csv", TINY_PAIRS)
     before = (tiny_model_dir / "model.keras").stat().st_mtime_ns
-    assert_user_error(run_cli("train", "--data", csv, "--out", tiny_model_dir), "already exists")
+    assert_user_error(*main(capsys, "train", "--data", csv, "--out", tiny_model_dir)[::2], "already exists")
     assert (tiny_model_dir / "model.keras").stat().st_mtime_ns == before
 
 

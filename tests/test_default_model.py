@@ -38,6 +38,7 @@ def test_it_is_small_enough_to_keep_in_git():
     assert sum(f.stat().st_size for f in DEFAULT_MODEL.rglob("*") if f.is_file()) < 50 * 2**20
 
 
+@pytest.mark.slow  # a quality check: hundreds of replies
 def test_training_questions_get_their_answers(default_bot, split):
     (train, _), _ = split
     sample = train[::10]  # every tenth, about 300 questions
@@ -46,6 +47,7 @@ def test_training_questions_get_their_answers(default_bot, split):
     assert exact >= 0.35, f"only {exact:.0%} of training questions got their answer"
 
 
+@pytest.mark.slow  # a quality check: hundreds of replies
 def test_held_out_paraphrases_get_a_known_answer_of_their_label_more_often_than_chance(default_bot, split):
     (_, held_out), pairs = split
     label_of_answer = {p.answer: p.label for p in pairs}
@@ -58,6 +60,7 @@ def test_held_out_paraphrases_get_a_known_answer_of_their_label_more_often_than_
     assert same_label >= chance + 0.03, f"{same_label:.0%} of held-out paraphrases got their label; chance {chance:.0%}"
 
 
+@pytest.mark.slow  # loads the full-size model
 def test_it_answers_the_readme_question_in_korean(default_bot):
     reply = default_bot.reply("오늘 너무 피곤해")
     assert reply and any("가" <= ch <= "힣" for ch in reply)

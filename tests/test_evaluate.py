@@ -7,7 +7,7 @@ import pytest
 import sacrebleu
 
 from chatbot.cli import main
-from chatbot.evaluate import distinct_n, reply_metrics
+from chatbot.evaluate import MIN_UNIQUE, distinct_n, reply_metrics, selection_score
 
 
 def test_distinct_n_counts_unique_word_ngrams_over_all_replies():
@@ -27,6 +27,11 @@ def test_reply_metrics_tell_a_collapsed_model_from_a_good_one():
     assert good["distinct_2"] > collapsed["distinct_2"]
     with pytest.raises(ValueError):
         reply_metrics(["하나"], ["하나", "둘"])
+
+
+def test_selection_never_prefers_a_collapsed_epoch_to_a_varied_one():
+    assert selection_score(9.9, 0.002) < selection_score(0.5, MIN_UNIQUE)  # one reply for all, however close
+    assert selection_score(3.0, 0.1) < selection_score(1.0, 0.3) < selection_score(1.0, 0.9) < selection_score(2.0, 0.9)
 
 
 def test_eval_prints_metrics_whose_chrf_and_bleu_equal_sacrebleus(tiny_model_dir, tiny_csv, tmp_path, capsys):
@@ -62,7 +67,6 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
     import dataclasses
 
     from chatbot.data import load_pairs, split_by_question
-    from chatbot.evaluate import reply_metrics
     from chatbot.generate import Chatbot
     from chatbot.train import train
     from conftest import REPEATS, tiny_config
@@ -73,9 +77,9 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
     out = train(pairs * REPEATS, config, tmp_path / "m", verbose=0, log=lambda *_: None)
     with open(out / "history.csv", encoding="utf-8") as file:
         history = list(csv.DictReader(file))
-    scores = [float(row["val_chrf"]) for row in history]
-    assert len(scores) == 6 and all("val_unique" in row for row in history)
+    scores = [float(row["val_select"]) for row in history]
+    assert len(scores) == 6 and all(row["val_chrf"] and row["val_unique"] for row in history)
     _, val = split_by_question(pairs * REPEATS, 0.3, config.data.seed)
     bot = Chatbot.load(out)
-    kept = reply_metrics(bot.reply_batch([p.question for p in val]), [p.answer for p in val])["chrf"]
-    assert kept == pytest.approx(max(scores), abs=1e-6)
+    kept = reply_metrics(bot.reply_batch([p.question for p in val]), [p.answer for p in val])
+    assert selection_score(kept["chrf"], kept["unique_ratio"]) == pytest.approx(max(scores), abs=1e-6)

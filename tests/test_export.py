@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from chatbot.export import export_saved_model
 from conftest import TINY_PAIRS
 
@@ -19,6 +21,7 @@ print(json.dumps([r.decode("utf-8") for r in replies.numpy()], ensure_ascii=Fals
 """
 
 
+@pytest.mark.slow  # a TensorFlow subprocess
 def test_saved_model_answers_like_chatbot_without_the_package(tiny_bot, tiny_model_dir, tmp_path):
     out = export_saved_model(tiny_model_dir, tmp_path / "saved")
     questions = ["안녕하세요", *[q for q, _, _ in TINY_PAIRS[1:8]], "처음 보는 질문"]

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from chatbot.tokenizer import NUM_SPECIAL, END_ID
+from chatbot.tokenizer import END_ID, NUM_SPECIAL
 from conftest import TINY_PAIRS
 
 QUESTIONS = [q for q, _, _ in TINY_PAIRS]
@@ -55,22 +55,23 @@ def test_replies_never_contain_special_tokens_or_exceed_max_length(tiny_bot):
             assert "<" not in reply and "⁇" not in reply
 
 
-def test_a_reply_never_ends_before_its_first_token():
-    import tensorflow as tf
-
-    from chatbot.samplers import suppress_special
-
-    logits = np.zeros((1, NUM_SPECIAL + 2), np.float32)
-    logits[0, NUM_SPECIAL + 1], logits[0, END_ID] = 2.0, 5.0  # END is the favourite
-    first = tf.argmax(suppress_special(tf.constant(logits), tf.constant(0)), axis=-1)
-    later = tf.argmax(suppress_special(tf.constant(logits), tf.constant(3)), axis=-1)
-    assert int(first[0]) == NUM_SPECIAL + 1
-    assert int(later[0]) == END_ID
+def test_max_new_tokens_limits_length_in_every_strategy(tiny_bot):
+    for options in ({}, {"strategy": "beam"}, {"strategy": "sample", "seed": 3}):
+        short = tiny_bot.reply_ids(["고양이 키우고 싶어"], max_new_tokens=2, **options)[0]
+        assert np.count_nonzero(short) <= 2
+        assert len(list(tiny_bot.stream("고양이 키우고 싶어", max_new_tokens=2, **options))) <= 2
+    assert len(tiny_bot.tokenizer.encode([tiny_bot.naive_reply("고양이 키우고 싶어", max_new_tokens=2)])[0]) <= 2
 
 
-def test_max_new_tokens_limits_length(tiny_bot):
-    short = tiny_bot.reply_ids(["고양이 키우고 싶어"], max_new_tokens=2)[0]
-    assert np.count_nonzero(short) <= 2
+def test_sampling_seeds_do_not_follow_pythons_global_random(tiny_bot):
+    """Training reseeds Python's `random` (Keras draws layer seeds from it); a loaded bot draws its
+    own, so replies sampled without a seed do not repeat after every training."""
+    import random
+
+    random.seed(0)
+    first = int(tiny_bot.options(strategy="sample")[1].seed)
+    random.seed(0)
+    assert int(tiny_bot.options(strategy="sample")[1].seed) != first
 
 
 def test_no_repeat_ngram_and_repetition_penalty_prevent_loops(tiny_bot):
@@ -86,7 +87,9 @@ def test_attention_shapes_and_rows_sum_to_one(tiny_bot):
     result = tiny_bot.attention("배고파")
     weights = result["weights"]
     assert result["reply"] == tiny_bot.reply("배고파")
-    assert weights.shape == (2, 4, len(result["reply_tokens"]), len(result["question_tokens"]))
+    model = tiny_bot.config.model
+    assert weights.shape == (model.num_layers, model.num_heads, len(result["reply_tokens"]),
+                             len(result["question_tokens"]))
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
 
 

@@ -42,6 +42,11 @@ def text_of(cell) -> str:
     return "".join(parts)
 
 
+def shown_figures(cell) -> int:
+    """Figures a cell shows: pyplot's `plt.show()` or a `chatbot.plots` figure passed to `display`."""
+    return cell.source.count("plt.show()") + cell.source.count("display(figure)")
+
+
 def image_count(notebook) -> int:
     return sum("image/png" in output.get("data", {}) for cell in code_cells(notebook) for output in cell.outputs)
 
@@ -79,28 +84,31 @@ def test_notebook_defines_no_classes_and_imports_the_package(source_notebook):
     source = "\n".join(cell.source for cell in code_cells(source_notebook))
     assert not re.search(r"^\s*class\s+\w+", source, re.M), "the tutorial must import model code, not define it"
     assert not re.search(r"keras\.(layers\.Layer|Model)\s*\)", source)
-    for module in ("chatbot.model", "chatbot.generate", "chatbot.train", "chatbot.data"):
+    for module in ("chatbot.model", "chatbot.generate", "chatbot.train", "chatbot.data", "chatbot.plots"):
         assert f"from {module} import" in source
 
 
 def test_notebook_is_committed_with_outputs(source_notebook):
     """Browsing the repository shows the plots without running anything."""
-    plots = sum("plt.show()" in cell.source for cell in code_cells(source_notebook))
+    plots = sum(shown_figures(cell) for cell in code_cells(source_notebook))
     assert plots >= 5
     assert image_count(source_notebook) >= plots
     assert all(cell.execution_count for cell in code_cells(source_notebook))
 
 
+@pytest.mark.slow  # executes the notebook
 def test_notebook_runs_without_errors(executed):
     errors = [output for cell in code_cells(executed) for output in cell.outputs if output.output_type == "error"]
     assert not errors
 
 
+@pytest.mark.slow  # executes the notebook
 def test_every_plot_is_drawn(executed):
-    plots = sum("plt.show()" in cell.source for cell in code_cells(executed))
+    plots = sum(shown_figures(cell) for cell in code_cells(executed))
     assert image_count(executed) >= plots >= 5
 
 
+@pytest.mark.slow  # executes the notebook
 def test_training_chat_and_speed_cells_report(executed):
     assert "Epoch 2/2" in text_of(tagged(executed, "training"))
     assert text_of(tagged(executed, "chat")).count("A:") == 5

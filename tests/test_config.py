@@ -1,0 +1,66 @@
+"""Settings: validation, the JSON round trip of config.json, and GenerationConfig as the one list of
+decoding options (CLI flags, app controls and the /chat API are made from it)."""
+
+import dataclasses
+import inspect
+import json
+
+import pytest
+
+from chatbot.config import ChatbotConfig, DataConfig, GenerationConfig, ModelConfig, TrainConfig, __version__
+
+DECODING_OPTIONS = [field.name for field in dataclasses.fields(GenerationConfig)]
+
+
+def test_json_round_trip_keeps_every_setting():
+    config = ChatbotConfig(model=ModelConfig(num_layers=2, d_model=64, vocab_size=123),
+                           data=DataConfig(path="x.csv", val_fraction=0.2), train=TrainConfig(epochs=3, xla=False))
+    assert ChatbotConfig.from_json(config.to_json()) == config
+    assert json.loads(config.to_json())["version"] == __version__
+
+
+def test_unknown_keys_are_ignored_and_missing_ones_take_defaults():
+    raw = json.loads(ChatbotConfig().to_json())
+    raw["model"]["from_the_future"] = 1
+    del raw["train"]["epochs"]
+    config = ChatbotConfig.from_json(json.dumps(raw))
+    assert config.model == ModelConfig() and config.train.epochs == TrainConfig().epochs
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ModelConfig(d_model=30, num_heads=4), lambda: ModelConfig(num_layers=0),
+    lambda: ModelConfig(dropout=1.0), lambda: DataConfig(val_fraction=1.0), lambda: TrainConfig(epochs=0),
+    lambda: TrainConfig(strategy="tpu"), lambda: GenerationConfig(strategy="nucleus"),
+    lambda: GenerationConfig(temperature=0.0), lambda: GenerationConfig(top_p=0.0),
+    lambda: GenerationConfig(max_new_tokens=0), lambda: GenerationConfig(no_repeat_ngram_size=-1)])
+def test_bad_settings_are_refused(make):
+    with pytest.raises(ValueError):
+        make()
+
+
+def test_generation_settings_from_loose_ui_values():
+    settings = GenerationConfig.from_values({"num_beams": 3.0, "temperature": "0.5", "seed": -1})
+    assert settings == GenerationConfig(num_beams=3, temperature=0.5, seed=None)
+    assert isinstance(settings.num_beams, int)
+    assert GenerationConfig.from_values({"seed": "7"}).seed == 7
+    assert GenerationConfig.from_values({"seed": ""}).seed is None
+    with pytest.raises(ValueError):
+        GenerationConfig.from_values({"top_k": "many"})
+
+
+def test_every_decoding_option_is_a_cli_flag_with_its_default():
+    from chatbot.cli import build_parser
+
+    args = build_parser().parse_args(["chat"])
+    assert {name: getattr(args, name) for name in DECODING_OPTIONS} == dataclasses.asdict(GenerationConfig())
+    args = build_parser().parse_args(["chat", "--no-repeat-ngram-size", "2", "--length-penalty", "0.5"])
+    assert (args.no_repeat_ngram_size, args.length_penalty) == (2, 0.5)
+
+
+def test_every_decoding_option_is_an_app_control_and_a_chat_api_parameter():
+    import app
+
+    assert list(app.CONTROLS) == DECODING_OPTIONS
+    api = inspect.signature(app.chat_endpoint(app.ChatApp.__new__(app.ChatApp)))
+    assert list(api.parameters) == ["message", *DECODING_OPTIONS, "model"]
+    assert all(api.parameters[name].default == getattr(GenerationConfig(), name) for name in DECODING_OPTIONS)

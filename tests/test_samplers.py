@@ -1,0 +1,92 @@
+"""The samplers keep one contract: `next(logits, scores, step, options) -> (tokens, parents, scores)`."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from chatbot.config import STRATEGIES, GenerationConfig
+from chatbot.generate import Options
+from chatbot.samplers import (NEG_INF, SAMPLERS, BeamSampler, GreedySampler, TopKTopPSampler,
+                              only_padding_when_finished, sampler_for, suppress_special)
+from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID
+
+VOCAB = NUM_SPECIAL + 6
+
+
+def options(**changes):
+    values = dict(steps=10, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0, length_penalty=1.0, seed=0)
+    values.update(changes)
+    return Options(*(tf.constant(values[name], tf.float32 if isinstance(values[name], float) else tf.int32)
+                     for name in Options._fields))
+
+
+def logits_of(rows):
+    """Logits (rows, VOCAB) whose favourite token in row i is rows[i]."""
+    logits = np.zeros((len(rows), VOCAB), np.float32)
+    for row, favourite in enumerate(rows):
+        logits[row, favourite] = 4.0
+    return tf.constant(logits)
+
+
+def test_every_strategy_has_a_sampler():
+    assert set(SAMPLERS) == set(STRATEGIES)
+    for strategy in STRATEGIES:
+        sampler = sampler_for(GenerationConfig(strategy=strategy, num_beams=3))
+        assert sampler.num_beams == (3 if strategy == "beam" else 1)
+
+
+@pytest.mark.parametrize("sampler", [GreedySampler(), TopKTopPSampler(), BeamSampler(2)], ids=type)
+def test_every_sampler_returns_tokens_parents_and_scores_per_row(sampler):
+    rows = [NUM_SPECIAL, NUM_SPECIAL + 1, NUM_SPECIAL + 2, NUM_SPECIAL + 3]  # two questions of two beams
+    scores = tf.constant([0.0, NEG_INF, 0.0, NEG_INF])
+    tokens, parents, new_scores = sampler.next(logits_of(rows), scores, tf.constant(0), options())
+    assert tokens.shape == parents.shape == new_scores.shape == (4,)
+    assert tokens.dtype == parents.dtype == tf.int32
+    assert all(0 <= t < VOCAB for t in tokens.numpy())
+    assert all(row // 2 == parent // 2 for row, parent in enumerate(parents.numpy()))  # within the question
+    assert np.all(new_scores.numpy() <= scores.numpy()[parents.numpy()] + 1e-6)  # a step only adds log-probabilities
+
+
+def test_greedy_takes_the_favourite_and_keeps_every_row_in_place():
+    tokens, parents, scores = GreedySampler().next(logits_of([NUM_SPECIAL + 2, NUM_SPECIAL]), tf.zeros([2]),
+                                                   tf.constant(1), options())
+    assert tokens.numpy().tolist() == [NUM_SPECIAL + 2, NUM_SPECIAL]
+    assert parents.numpy().tolist() == [0, 1]
+    np.testing.assert_allclose(scores, tf.reduce_max(tf.nn.log_softmax(logits_of([NUM_SPECIAL] * 2)), -1), atol=1e-6)
+
+
+def test_top_k_one_is_greedy_and_the_seed_fixes_the_draw():
+    logits = tf.random.stateless_normal((8, VOCAB), seed=[1, 2])
+    greedy = GreedySampler().choose(logits, tf.constant(0), options())
+    assert np.array_equal(TopKTopPSampler().choose(logits, tf.constant(0), options(top_k=1, temperature=3.0)), greedy)
+    draw = lambda seed: TopKTopPSampler().choose(logits, tf.constant(0), options(temperature=5.0, seed=seed))  # noqa: E731
+    assert np.array_equal(draw(7), draw(7))
+    assert any(not np.array_equal(draw(7), draw(seed)) for seed in range(8))
+
+
+def test_beam_keeps_the_best_continuations_of_the_whole_group():
+    # One question, two beams: beam 1 is far ahead, so both new beams continue it.
+    log_probs = np.full((2, VOCAB), -10.0, np.float32)
+    log_probs[1, NUM_SPECIAL], log_probs[1, NUM_SPECIAL + 1] = -0.1, -0.5
+    tokens, parents, scores = BeamSampler(2).next(tf.constant(log_probs), tf.constant([-5.0, 0.0]), tf.constant(1),
+                                                  options())
+    assert parents.numpy().tolist() == [1, 1]
+    assert tokens.numpy().tolist() == [NUM_SPECIAL, NUM_SPECIAL + 1]
+    assert scores[0] >= scores[1]
+
+
+def test_a_finished_row_continues_only_with_padding_at_no_cost():
+    logits = only_padding_when_finished(logits_of([NUM_SPECIAL, NUM_SPECIAL]), tf.constant([True, False]))
+    for sampler in (GreedySampler(), TopKTopPSampler()):
+        tokens, _, scores = sampler.next(logits, tf.constant([-1.5, 0.0]), tf.constant(3), options(seed=4))
+        assert int(tokens[0]) == PAD_ID and float(scores[0]) == pytest.approx(-1.5)
+        assert int(tokens[1]) != PAD_ID
+
+
+def test_a_reply_never_ends_before_its_first_token():
+    logits = np.zeros((1, NUM_SPECIAL + 2), np.float32)
+    logits[0, NUM_SPECIAL + 1], logits[0, END_ID] = 2.0, 5.0  # END is the favourite
+    first = tf.argmax(suppress_special(tf.constant(logits), tf.constant(0)), axis=-1)
+    later = tf.argmax(suppress_special(tf.constant(logits), tf.constant(3)), axis=-1)
+    assert int(first[0]) == NUM_SPECIAL + 1
+    assert int(later[0]) == END_ID

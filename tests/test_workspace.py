@@ -1,0 +1,73 @@
+"""The app's workspace: input limits, the model shelf, uploaded CSVs and the web UI's training sizes."""
+
+import re
+import shutil
+
+import pytest
+
+from chatbot.artifacts import ArtifactError
+from chatbot.workspace import (TRAINING_SIZES, ModelShelf, TrainingJob, clip_question, load_chatbot,
+                               read_training_csv, training_config, unique_model_dir)
+
+
+def test_long_question_is_cut_with_a_notice():
+    question, notice = clip_question("가" * 500, 200)
+    assert question == "가" * 200 and "200" in notice
+    assert clip_question("  안녕  ", 200) == ("안녕", "")
+    assert clip_question(None, 200) == ("", "")
+
+
+def test_model_shelf_offers_only_model_directories_under_the_root(tiny_bot, tiny_model_dir, tmp_path):
+    shutil.copytree(tiny_model_dir, tmp_path / "other")
+    shutil.copytree(tiny_model_dir, tmp_path / ".hidden")  # e.g. a half-written save
+    (tmp_path / "no-config").mkdir()
+    (tmp_path / "file.txt").write_text("x")
+    shelf = ModelShelf(tmp_path, tiny_bot)
+    assert shelf.choices() == [("tiny (시작 모델)", ""), ("other", "other")]
+    assert shelf.get("") is tiny_bot and shelf.get("other") is shelf.get("other") is not tiny_bot
+    for name in (".hidden", "no-config", "../" + tmp_path.name + "/other", str(tmp_path / "other")):
+        with pytest.raises(ArtifactError):
+            shelf.get(name)
+
+
+def test_a_startup_model_under_the_root_is_listed_by_name(tiny_bot, tiny_model_dir):
+    shelf = ModelShelf(tiny_model_dir.parent, load_chatbot(tiny_model_dir))
+    assert shelf.startup_name == "tiny" and ("tiny", "tiny") in shelf.choices()
+    assert ("tiny (시작 모델)", "") not in shelf.choices()
+
+
+def test_uploaded_csvs_get_the_loaders_report_or_one_error(tmp_path, tiny_csv):
+    pairs, report = read_training_csv(str(tiny_csv), 2**20)
+    assert len(pairs) == 30 and report.startswith("data: tiny.csv (utf-8)")
+    big = tmp_path / "big.csv"
+    big.write_text("Q,A\n" + "안녕하세요,반가워요\n" * 1000, encoding="utf-8")
+    pairs, message = read_training_csv(str(big), 1000)
+    assert pairs is None and message.startswith("error: big.csv: 파일이 너무 커요")
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes("질문,라벨\n안녕하세요,0\n".encode("cp949"))
+    pairs, message = read_training_csv(str(bad), 2**20)
+    assert pairs is None and message.startswith("error: bad.csv:1: ")
+    assert read_training_csv(None, 2**20) == (None, "error: CSV 파일을 먼저 올려 주세요.")
+
+
+def test_training_sizes_give_valid_configs():
+    for size in TRAINING_SIZES:
+        assert training_config(3, size).train.epochs == 3
+    with pytest.raises(ValueError, match="huge"):
+        training_config(3, "huge")
+
+
+def test_new_model_directories_never_collide(tmp_path):
+    first = unique_model_dir(tmp_path, "내 데이터!.csv")
+    assert re.fullmatch(r"내-데이터-csv-\d{8}-\d{6}", first.name)
+    first.mkdir()
+    assert unique_model_dir(tmp_path, "내 데이터!.csv").name == first.name + "-2"
+
+
+def test_training_job_reports_progress_and_outcome(tmp_path):
+    job = TrainingJob(tmp_path / "m", epochs=2)
+    job.end_epoch(1, {"loss": 1.5, "learning_rate": 0.1})
+    assert job.fraction() == 0.5 and "에포크 1/2 · loss 1.5000" in job.summary()
+    assert "learning_rate" not in job.summary() and "학습 중" in job.summary()
+    job.finished.set()
+    assert "학습 완료" in job.summary()
