@@ -14,7 +14,7 @@ DECODING_OPTIONS = [field.name for field in dataclasses.fields(GenerationConfig)
 
 def test_json_round_trip_keeps_every_setting():
     config = ChatbotConfig(model=ModelConfig(num_layers=2, d_model=64, vocab_size=123),
-                           data=DataConfig(path="x.csv", val_fraction=0.2), train=TrainConfig(epochs=3, xla=False))
+                           data=DataConfig(paths=("x.csv", "y.csv"), val_fraction=0.2), train=TrainConfig(epochs=3, xla=False))
     assert ChatbotConfig.from_json(config.to_json()) == config
     assert json.loads(config.to_json())["version"] == __version__
 
@@ -64,3 +64,8 @@ def test_every_decoding_option_is_an_app_control_and_a_chat_api_parameter():
     api = inspect.signature(app.chat_endpoint(app.ChatApp.__new__(app.ChatApp)))
     assert list(api.parameters) == ["message", *DECODING_OPTIONS, "model"]
     assert all(api.parameters[name].default == getattr(GenerationConfig(), name) for name in DECODING_OPTIONS)
+
+
+def test_a_config_written_for_one_data_file_still_reads():
+    legacy = ChatbotConfig().to_json().replace('"paths": []', '"path": "data/korean_chat.csv"')
+    assert ChatbotConfig.from_json(legacy).data.paths == ("data/korean_chat.csv",)

@@ -52,3 +52,11 @@ def test_optimizer_and_schedule_serialize():
     assert float(clone.learning_rate) == pytest.approx(float(WarmupSchedule(128, 4000)(0)))  # at iteration 0
     loss = keras.losses.deserialize(keras.losses.serialize(MaskedSparseCrossEntropy(0.2)))
     assert loss.label_smoothing == 0.2
+
+
+def test_a_peak_learning_rate_keeps_the_schedule_shape_but_sets_its_top():
+    schedule = WarmupSchedule(d_model=128, warmup_steps=1000, peak_learning_rate=1e-3)
+    rates = [float(schedule(step - 1)) for step in (1, 500, 1000, 4000)]  # the optimizer counts from 0
+    assert rates[0] == pytest.approx(1e-6) and rates[1] == pytest.approx(5e-4)
+    assert rates[2] == pytest.approx(1e-3) and rates[3] == pytest.approx(5e-4)  # 1/sqrt(step) after the peak
+    assert WarmupSchedule.from_config(schedule.get_config()).peak_learning_rate == 1e-3
