@@ -20,6 +20,7 @@ import tensorflow_text as tf_text
 from chatbot.text import CONTROL_CHARS, WHITESPACE_RUN
 
 PAD_ID, START_ID, END_ID, UNK_ID = 0, 1, 2, 3
+SPACE_BEFORE_PUNCTUATION = r" +([.,?!])"
 SEPARATOR = "<sep>"  # reserved for retrieval context on the encoder input
 TONE_TOKENS = ("<tone0>", "<tone1>", "<tone2>")  # reserved for label conditioning
 RESERVED_TOKENS = (SEPARATOR, *TONE_TOKENS)
@@ -72,11 +73,14 @@ class Tokenizer:
         return self.sp.tokenize(normalize_tf(tf.convert_to_tensor(texts, tf.string)))
 
     def detokenize(self, ids) -> tf.Tensor:
-        """Ids (dense or ragged, batch-major) -> strings; special and padding ids are dropped."""
+        """Ids (dense or ragged, batch-major) -> strings; special and padding ids are dropped.
+
+        A model can put a piece that starts with a space ("▁.") after a word, which would read
+        "가네요 ."; the space before `. , ? !` is removed, so replies never show that artefact."""
         if not isinstance(ids, tf.RaggedTensor):
             ids = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(ids, tf.int32))
         ids = tf.ragged.boolean_mask(ids, ids >= NUM_SPECIAL)
-        return self.sp.detokenize(ids)
+        return tf.strings.regex_replace(self.sp.detokenize(ids), SPACE_BEFORE_PUNCTUATION, r"\1")
 
     def pieces(self, ids) -> list[str]:
         """Readable subword pieces for one sequence of ids (for attention plots)."""

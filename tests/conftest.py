@@ -58,7 +58,7 @@ def tiny_config(epochs=4, **train):
         model=ModelConfig(num_layers=1, d_model=32, num_heads=2, dff=64, dropout=0.0, max_length=16),
         tokenizer=TokenizerConfig(vocab_size=200),
         data=DataConfig(val_fraction=0.0),
-        train=TrainConfig(epochs=epochs, batch_size=16, warmup_steps=100, **train))
+        train=TrainConfig(epochs=epochs, batch_size=16, warmup_steps=100, peak_learning_rate=None, **train))
 
 
 @pytest.fixture(scope="session")

@@ -50,3 +50,8 @@ def test_save_load_keeps_vocabulary(tokenizer, tmp_path):
     loaded = Tokenizer.load(tmp_path / "tokenizer.model")
     assert loaded.vocab_hash == tokenizer.vocab_hash
     assert loaded.encode(TEXTS) == tokenizer.encode(TEXTS)
+
+
+def test_detokenized_replies_never_have_a_space_before_punctuation(tokenizer):
+    ids = tokenizer.encode(["배고파 ?", "푹 쉬세요 .  우산 챙기세요 !"])
+    assert tokenizer.decode(ids) == ["배고파?", "푹 쉬세요. 우산 챙기세요!"]
