@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __version__ = "0.1.0"
+INT32_MAX = 2**31 - 1  # seeds and decoding options become int32 tensors: anything larger fails inside TensorFlow
+MIN_MAX_LENGTH = 4  # start, end and at least two pieces
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,8 @@ class ModelConfig:
         for name in ("vocab_size", "num_layers", "d_model", "num_heads", "dff", "max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.max_length < MIN_MAX_LENGTH:
+            raise ValueError(f"max_length must be at least {MIN_MAX_LENGTH}, got {self.max_length}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
@@ -52,6 +56,7 @@ class DataConfig:
         object.__setattr__(self, "paths", tuple(self.paths))  # JSON gives a list
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        _check_seed(self.seed)
 
 
 SELECTIONS = ("chrf", "loss", "last")
@@ -86,10 +91,16 @@ class TrainConfig:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.strategy not in ("auto", "mirrored", "multi-worker"):
             raise ValueError(f"unknown strategy {self.strategy!r}")
+        _check_seed(self.seed)
+
+
+def _check_seed(seed) -> None:
+    """A training seed seeds Python, NumPy (0..2**32-1) and TensorFlow (int32): it must fit them all."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= INT32_MAX:
+        raise ValueError(f"seed must be an integer between 0 and {INT32_MAX}, got {seed!r}")
 
 
 STRATEGIES = ("greedy", "beam", "sample")  # chatbot.samplers has a sampler for each
-INT32_MAX = 2**31 - 1  # decoding options become int32 tensors: anything larger fails inside the compiled call
 MAX_BEAMS = 8  # each beam width compiles (and keeps) its own decoding function
 MAX_QUESTION_CHARS = 1000  # longer questions are refused: the model reads max_length tokens anyway
 # (lowest, highest) for every decoding option that is a number; a float must also be finite.
