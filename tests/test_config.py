@@ -69,6 +69,8 @@ def test_every_decoding_option_is_an_app_control_and_a_chat_api_parameter():
 def test_a_config_written_for_one_data_file_still_reads():
     legacy = ChatbotConfig().to_json().replace('"paths": []', '"path": "data/korean_chat.csv"')
     assert ChatbotConfig.from_json(legacy).data.paths == ("data/korean_chat.csv",)
+
+
 # -- issue 14: every bound on a decoding option lives in GenerationConfig ------------------------
 
 NAN, INF = float("nan"), float("inf")
