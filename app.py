@@ -73,7 +73,11 @@ def decoding_options(values: dict) -> dict:
     try:
         return dataclasses.asdict(GenerationConfig.from_values(values))
     except (TypeError, ValueError) as error:
-        raise gr.Error(f"생성 설정 값이 올바르지 않아요: {error}") from None
+        raise settings_error(error) from None
+
+
+def settings_error(error: Exception) -> gr.Error:
+    return gr.Error(f"생성 설정 값이 올바르지 않아요: {html.escape(str(error))}")  # toasts render HTML
 
 
 def as_text(text: str) -> str:
@@ -92,11 +96,18 @@ class ChatApp:
         self.shelf = ModelShelf(models_root, bot)
         self.trainer = BackgroundTrainer(self.shelf.root)
 
-    def model(self, name: str | None):
+    def model(self, name: str | None, options: dict | None = None):
+        """The model picked by `name`; with decoding `options`, also checks the bounds that depend on
+        the model (no_repeat_ngram_size vs its max_length), so a bad request fails before decoding."""
         try:
-            return self.shelf.get(name)
+            bot = self.shelf.get(name)
         except (ArtifactError, OSError, ValueError) as error:
-            raise gr.Error(f"모델을 불러오지 못했어요: {error}") from None
+            raise gr.Error(f"모델을 불러오지 못했어요: {html.escape(str(error))}") from None  # shown as HTML
+        try:
+            bot.options(**(options or {}))
+        except ValueError as error:
+            raise settings_error(error) from None
+        return bot
 
     def chat(self, message: str, model: str = "", **decoding) -> str:
         """Answer one question with the chosen model and decoding settings; returns the reply as plain text.
@@ -104,7 +115,8 @@ class ChatApp:
         question = question_of(message)
         if not question:
             return EMPTY_REPLY
-        return self.model(model).reply(question, **decoding_options(decoding))
+        options = decoding_options(decoding)
+        return self.model(model, options).reply(question, **options)
 
     def respond(self, message, history, model_name, *settings):
         """Stream the reply into the chat, token by token. `settings` are the decoding options in
@@ -116,7 +128,7 @@ class ChatApp:
         options = decoding_options(dict(zip(DECODING_OPTIONS, settings)))
         history += [{"role": "user", "content": as_text(question)}, {"role": "assistant", "content": ""}]
         reply = ""
-        for reply in self.model(model_name).stream(question, **options):
+        for reply in self.model(model_name, options).stream(question, **options):
             history[-1] = {"role": "assistant", "content": as_text(reply)}
             yield history, "", gr.skip()
         yield history, "", (question, reply)

@@ -87,7 +87,12 @@ def check_model_dir(path: str | Path) -> ChatbotConfig:
     missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
     if missing:
         raise ArtifactError(f"{path}: not a complete model directory (missing {', '.join(missing)})")
-    config = ChatbotConfig.read(path / CONFIG_FILE)
+    try:
+        config = ChatbotConfig.read(path / CONFIG_FILE)
+    except (ValueError, TypeError, AttributeError, KeyError) as error:  # bad JSON, wrong types, not an object
+        detail = " ".join(str(error).split())[:200]
+        raise ArtifactError(f"{path}: {CONFIG_FILE} is not a readable model config ({type(error).__name__}: "
+                            f"{detail})") from None
     if config.version.split(".")[:2] != __version__.split(".")[:2]:
         raise ArtifactError(f"{path}: made by chatbot {config.version}, this is {__version__}; retrain it")
     proto = (path / TOKENIZER_FILE).read_bytes()
@@ -111,4 +116,7 @@ def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, "Tokenizer", "keras
     except Exception as error:
         detail = " ".join(str(error).split())[:300]
         raise ArtifactError(f"{path}: cannot load the model ({type(error).__name__}: {detail})") from error
+    if not tokenizer.vocab_size == model.vocab_size == config.model.vocab_size:  # else every reply fails
+        raise ArtifactError(f"{path}: {TOKENIZER_FILE} has {tokenizer.vocab_size} pieces but the model's embedding "
+                            f"{model.vocab_size} (config.json: {config.model.vocab_size}); they are from different runs")
     return config, tokenizer, model

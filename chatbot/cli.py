@@ -15,8 +15,8 @@ import typing
 from pathlib import Path
 
 from chatbot.artifacts import ArtifactError, check_model_dir
-from chatbot.config import (SELECTIONS, STRATEGIES, ChatbotConfig, DataConfig, GenerationConfig, ModelConfig,
-                            TokenizerConfig, TrainConfig, __version__)
+from chatbot.config import (MAX_QUESTION_CHARS, SELECTIONS, STRATEGIES, ChatbotConfig, DataConfig, GenerationConfig,
+                            ModelConfig, TokenizerConfig, TrainConfig, __version__)
 from chatbot.data import DataError
 from chatbot.download import DownloadError, download_chatbot_data
 
@@ -26,6 +26,43 @@ USER_ERROR = 2
 
 class UserError(Exception):
     """A mistake the user can fix; printed as one line."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose mistakes are one `error: ...` line and status 2, like every other user mistake."""
+
+    def error(self, message):
+        self.exit(USER_ERROR, f"error: {message} (see {self.prog} --help)\n")
+
+
+def check_out_dir(out: Path) -> None:
+    """Refuse an --out that cannot be created, before any work: inside a file, in a folder we may not
+    write to, or a name too long for the file system (with room for the .training/.tmp siblings)."""
+    absolute = out.absolute()
+    ancestor = absolute.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UserError(f"{out}: {ancestor} is a file, not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UserError(f"{out}: cannot write in {ancestor} (permission denied)")
+    try:
+        name_max, path_max = os.pathconf(ancestor, "PC_NAME_MAX"), os.pathconf(ancestor, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    room = 32  # ".<name>.XXXXXXXX.tmp" and "<name>.training.new" beside it
+    if any(len(os.fsencode(part)) + room > name_max for part in absolute.relative_to(ancestor).parts) \
+            or len(os.fsencode(str(absolute))) + room > path_max:
+        raise UserError(f"{out}: the path or one of its names is too long for this file system")
+
+
+def check_question(text: str) -> str:
+    """A question the model can answer: not blank, at most MAX_QUESTION_CHARS characters."""
+    if not text.strip():
+        raise UserError("the question is empty")
+    if len(text) > MAX_QUESTION_CHARS:
+        raise UserError(f"the question is too long ({len(text):,} characters; at most {MAX_QUESTION_CHARS:,})")
+    return text
 
 
 def _add_decoding_flags(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +86,7 @@ def _decoding(args) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m chatbot", description="Korean transformer chatbot (한국어 트랜스포머 챗봇).")
+    parser = Parser(prog="python -m chatbot", description="Korean transformer chatbot (한국어 트랜스포머 챗봇).")
     parser.add_argument("--version", action="version", version=f"chatbot {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -168,37 +205,67 @@ def run_train(args) -> None:
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
+    check_out_dir(out)
     pairs = load_data(args.data)  # before TensorFlow loads, so data errors come back at once
+    from chatbot.tokenizer import VocabularyError
     from chatbot.train import train
 
-    train(pairs, config, out, resume=args.resume, overwrite=args.overwrite)
+    try:
+        train(pairs, config, out, resume=args.resume, overwrite=args.overwrite)
+    except VocabularyError as error:
+        raise UserError(f"--vocab-size {args.vocab_size}: {error}") from None
     print(f"saved: {out}\ntry it: python -m chatbot chat --model {out}")
 
 
 def run_chat(args) -> None:
     decoding = _decoding(args)
+    if args.question is not None:
+        check_question(args.question)
     check_model_dir(args.model)
     from chatbot.generate import Chatbot
 
     bot = Chatbot.load(args.model)
     if args.question is not None:
         print(bot.reply(args.question, **decoding))
-        return
-    interactive = sys.stdin.isatty()
-    if interactive:
-        print(f"chatbot ({args.model}) — 빈 줄이나 Ctrl-D로 끝내요.")
+    elif sys.stdin.isatty():
+        chat_interactively(bot, args.model, decoding)
+    else:
+        answer_lines(bot, sys.stdin.buffer, decoding)
+
+
+def chat_interactively(bot, model, decoding: dict) -> None:
+    print(f"chatbot ({model}) — 빈 줄이나 Ctrl-D로 끝내요.")
     while True:
         try:
-            line = input("나> " if interactive else "")
+            line = input("나> ")
         except EOFError:
             break
         if not line.strip():
-            if interactive:
-                break
-            print()
-            continue
-        reply = bot.reply(line, **decoding)
-        print(f"챗봇> {reply}" if interactive else reply, flush=True)
+            break
+        try:
+            print(f"챗봇> {bot.reply(check_question(line), **decoding)}", flush=True)
+        except UserError as error:
+            print(f"error: {error}", file=sys.stderr)
+
+
+def answer_lines(bot, lines, decoding: dict) -> None:
+    """One reply line per input line (bytes), in order; a blank line stays blank. A line that is not
+    UTF-8 or is too long gets an empty reply line and a note on stderr, and the batch goes on; at the
+    end, one `error:` line says how many were skipped."""
+    skipped = []
+    for number, raw in enumerate(lines, start=1):
+        try:
+            line = raw.decode("utf-8").rstrip("\r\n")
+            reply = bot.reply(check_question(line), **decoding) if line.strip() else ""
+        except (UnicodeDecodeError, UserError) as error:
+            reason = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else str(error)
+            print(f"skipped line {number}: {reason}", file=sys.stderr, flush=True)
+            skipped.append(number)
+            reply = ""
+        print(reply, flush=True)
+    if skipped:
+        shown = ", ".join(map(str, skipped[:5])) + (", ..." if len(skipped) > 5 else "")
+        raise UserError(f"{len(skipped)} line(s) were not answered (line {shown}; see above)")
 
 
 def run_eval(args) -> None:
@@ -225,6 +292,7 @@ def run_export(args) -> None:
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
+    check_out_dir(out)
     check_model_dir(args.model)
     from chatbot.export import export_saved_model
 
@@ -244,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
         args.handler(args)
     except (UserError, DataError, ArtifactError, DownloadError) as error:
         print(f"error: {error}", file=sys.stderr)
+        return USER_ERROR
+    except OSError as error:  # the file system said no (permissions, a full disk, a name too long): one line
+        where = f": {error.filename}" if error.filename else ""
+        print(f"error: {error.strerror or error}{where}", file=sys.stderr)
         return USER_ERROR
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

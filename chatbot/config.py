@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 
 __version__ = "0.1.0"
+INT32_MAX = 2**31 - 1  # seeds and decoding options become int32 tensors: anything larger fails inside TensorFlow
+MIN_MAX_LENGTH = 4  # start, end and at least two pieces
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,8 @@ class ModelConfig:
         for name in ("vocab_size", "num_layers", "d_model", "num_heads", "dff", "max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.max_length < MIN_MAX_LENGTH:
+            raise ValueError(f"max_length must be at least {MIN_MAX_LENGTH}, got {self.max_length}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
@@ -50,6 +56,7 @@ class DataConfig:
         object.__setattr__(self, "paths", tuple(self.paths))  # JSON gives a list
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        _check_seed(self.seed)
 
 
 SELECTIONS = ("chrf", "loss", "last")
@@ -84,9 +91,30 @@ class TrainConfig:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.strategy not in ("auto", "mirrored", "multi-worker"):
             raise ValueError(f"unknown strategy {self.strategy!r}")
+        _check_seed(self.seed)
+
+
+def _check_seed(seed) -> None:
+    """A training seed seeds Python, NumPy (0..2**32-1) and TensorFlow (int32): it must fit them all."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= INT32_MAX:
+        raise ValueError(f"seed must be an integer between 0 and {INT32_MAX}, got {seed!r}")
 
 
 STRATEGIES = ("greedy", "beam", "sample")  # chatbot.samplers has a sampler for each
+MAX_BEAMS = 8  # each beam width compiles (and keeps) its own decoding function
+MAX_QUESTION_CHARS = 1000  # longer questions are refused: the model reads max_length tokens anyway
+# (lowest, highest) for every decoding option that is a number; a float must also be finite.
+GENERATION_BOUNDS = {
+    "max_new_tokens": (1, INT32_MAX),  # capped by the model's max_length when decoding
+    "num_beams": (1, MAX_BEAMS),
+    "length_penalty": (-10.0, 10.0),
+    "temperature": (0.01, 100.0),
+    "top_k": (0, INT32_MAX),
+    "top_p": (0.0, 1.0),  # and above 0: checked on its own
+    "repetition_penalty": (0.01, 100.0),
+    "no_repeat_ngram_size": (0, INT32_MAX),  # 0 or 2..the model's max_length (`Chatbot` checks the top)
+    "seed": (-INT32_MAX - 1, INT32_MAX),
+}
 
 
 @dataclass(frozen=True)
@@ -107,28 +135,43 @@ class GenerationConfig:
     seed: int | None = field(default=None, metadata={"help": "makes sampling reproducible"})
 
     def __post_init__(self):
-        if self.strategy not in STRATEGIES:
+        """Every bound on a decoding option, checked here and nowhere else, before any model work:
+        the CLI, the Python API and the app all build this. Raises ValueError (never TypeError)."""
+        if not isinstance(self.strategy, str) or self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be {', '.join(STRATEGIES)}, got {self.strategy!r}")
-        if self.max_new_tokens < 1 or self.num_beams < 1:
-            raise ValueError("max_new_tokens and num_beams must be positive")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be positive, got {self.temperature}")
-        if self.top_k < 0 or not 0.0 < self.top_p <= 1.0:
-            raise ValueError("top_k must be >= 0 and top_p in (0, 1]")
-        if self.repetition_penalty <= 0 or self.no_repeat_ngram_size < 0:
-            raise ValueError("repetition_penalty must be positive and no_repeat_ngram_size >= 0")
+        for name, (lowest, highest) in GENERATION_BOUNDS.items():
+            value = getattr(self, name)
+            if name == "seed" and value is None:
+                continue
+            integer = isinstance(highest, int)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral if integer else numbers.Real):
+                raise ValueError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
+            try:
+                value = int(value) if integer else float(value)
+            except OverflowError:  # float(10**400)
+                raise ValueError(f"{name} must be between {lowest} and {highest}, got {value!r}") from None
+            if not (math.isfinite(value) and lowest <= value <= highest):
+                raise ValueError(f"{name} must be between {lowest} and {highest}, got {value!r}")
+            object.__setattr__(self, name, value)  # plain int/float, whatever numeric type came in
+        if self.top_p <= 0.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.no_repeat_ngram_size == 1:
+            raise ValueError("no_repeat_ngram_size must be 0 (off) or at least 2")
 
     @classmethod
     def from_values(cls, values: dict) -> "GenerationConfig":
         """From loosely typed values, as UI widgets send them (4.0 for 4; a seed of "" or -1 for none);
-        a missing option takes its default. Raises ValueError/TypeError for values that do not fit."""
+        a missing option takes its default. Raises ValueError for values that do not fit."""
         options = {}
         for option in dataclasses.fields(cls):
             value = values.get(option.name, option.default)
-            if option.name == "seed":
-                options["seed"] = None if value in (None, "") or int(value) < 0 else int(value)
-            else:
-                options[option.name] = type(option.default)(value)
+            try:
+                if option.name == "seed":
+                    options["seed"] = None if value is None or value == "" or int(value) < 0 else int(value)
+                else:
+                    options[option.name] = type(option.default)(value)
+            except (TypeError, ValueError, OverflowError):  # int("many"), int([1]), int(float("inf"))
+                raise ValueError(f"{option.name} must be {type(option.default).__name__}, got {value!r}") from None
         return cls(**options)
 
 

@@ -15,11 +15,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
-
 from chatbot.text import normalize
 
 ENCODINGS = ("utf-8-sig", "cp949")  # utf-8-sig also reads plain UTF-8; cp949 is a superset of euc-kr
+# Bytes of other double-byte code pages often decode as cp949 too: Shift-JIS kana and kanji mostly land
+# on cp949's extension area (the 8,822 rare Hangul syllables outside KS X 1001, e.g. "귗" for "こ"),
+# while Korean text saved as cp949/euc-kr by Excel is almost all in KS X 1001 (the 2,350 common
+# syllables, jamo, hanja, symbols). So a cp949 reading is trusted only if at least this share of its
+# distinct non-ASCII characters is in KS X 1001: two cp949 bytes, both 0xA1 or above. (Not "encodes as
+# euc-kr": Python's euc-kr codec also writes the rare syllables, as eight-byte jamo sequences.)
+MIN_KS_X_1001_SHARE = 0.9
 VALID_LABELS = (0, 1, 2)  # 0 everyday, 1 sad/breakup/negative, 2 love/positive
 COLUMN_ALIASES = {
     "question": ("q", "question", "questions", "query", "input", "질문"),
@@ -78,21 +83,34 @@ class DataReport:
 def _decode(path: Path, raw: bytes) -> tuple[str, str]:
     for encoding in ENCODINGS:
         try:
-            return raw.decode(encoding), ("utf-8" if encoding == "utf-8-sig" and not raw.startswith(b"\xef\xbb\xbf")
-                                          else encoding)
+            text = raw.decode(encoding)
         except UnicodeDecodeError:
             continue
-    raise DataError(path, "cannot decode the file as UTF-8 or cp949/euc-kr; save it as UTF-8 CSV")
+        if encoding == "cp949" and not _looks_like_korean(text):
+            break
+        return text, ("utf-8" if encoding == "utf-8-sig" and not raw.startswith(b"\xef\xbb\xbf") else encoding)
+    raise DataError(path, "cannot decode the file as UTF-8 or Korean cp949/euc-kr (Shift-JIS or another code "
+                          "page?); save it as UTF-8 CSV")
 
 
-def _find_column(path: Path, columns: list[str], role: str, required: bool) -> str | None:
-    lowered = {str(c).strip().lower(): c for c in columns}
+def _looks_like_korean(text: str) -> bool:
+    """See MIN_KS_X_1001_SHARE."""
+    wide = [char for char in set(text) if ord(char) > 0x7F]
+    common = sum(1 for char in wide if min(char.encode("cp949")) >= 0xA1)  # the text came from cp949: it encodes
+    return not wide or common >= MIN_KS_X_1001_SHARE * len(wide)
+
+
+def _find_column(path: Path, columns: list[str], role: str, required: bool) -> int | None:
+    """The index of the first header cell that names `role`."""
+    lowered = {}
+    for index, name in enumerate(columns):
+        lowered.setdefault(name.strip().lower(), index)
     for alias in COLUMN_ALIASES[role]:
         if alias in lowered:
             return lowered[alias]
     if required:
         names = "/".join(COLUMN_ALIASES[role][:3])
-        raise DataError(path, f"no {role} column (expected one of {names}); found columns: {', '.join(map(str, columns))}", row=1)
+        raise DataError(path, f"no {role} column (expected one of {names}); found columns: {', '.join(columns)}", row=1)
     return None
 
 
@@ -104,8 +122,11 @@ def _clean_label(value) -> int | None:
     return int(number) if number.is_integer() and int(number) in VALID_LABELS else None
 
 
-def read_frame(path: str | Path) -> tuple[pd.DataFrame, str]:
-    """Read the CSV as strings with its encoding detected. Raises DataError for user mistakes."""
+def read_records(path: str | Path) -> tuple[list[str], list[tuple[int, list[str]]], str]:
+    """The header, every data row as (CSV line where it starts, fields) and the encoding. Blank lines are
+    skipped but counted, and a quoted field may span lines, so the numbers are the lines an editor shows.
+    Read with the csv module, not pandas: pandas silently took the first column as the index when the
+    first data row had one field more than the header, shifting every column. Raises DataError."""
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "file not found" if not path.exists() else "not a file")
@@ -113,26 +134,36 @@ def read_frame(path: str | Path) -> tuple[pd.DataFrame, str]:
     if not raw.strip():
         raise DataError(path, "the file is empty")
     text, encoding = _decode(path, raw)
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header, records, last_line = None, [], 0
     try:
-        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=False)
-    except (pd.errors.ParserError, csv.Error) as error:
-        raise DataError(path, f"not a readable CSV ({str(error).strip().splitlines()[-1]})") from None
-    except pd.errors.EmptyDataError:
-        raise DataError(path, "the file has no header row") from None
-    return frame, encoding
+        for fields in reader:
+            start, last_line = last_line + 1, reader.line_num
+            if not any(cell.strip() for cell in fields):
+                continue
+            if header is None:
+                header = fields
+            elif len(fields) > len(header) and any(cell.strip() for cell in fields[len(header):]):
+                raise DataError(path, f"{len(fields)} fields but the header has {len(header)} (quote a field "
+                                      f"that contains a comma)", row=start)
+            else:
+                records.append((start, fields[:len(header)] + [""] * (len(header) - len(fields))))
+    except csv.Error as error:
+        raise DataError(path, f"not a readable CSV ({error})", row=reader.line_num) from None
+    if header is None:
+        raise DataError(path, "the file has no header row")
+    return header, records, encoding
 
 
 def read_rows(path: str | Path) -> tuple[list[tuple[int, str, str, object]], str]:
     """Every data row as (CSV line, question, answer, raw label or None), uncleaned, and the encoding."""
-    frame, encoding = read_frame(path)
+    header, records, encoding = read_records(path)
     path = Path(path)
-    columns = list(frame.columns)
-    q_col = _find_column(path, columns, "question", required=True)
-    a_col = _find_column(path, columns, "answer", required=True)
-    label_col = _find_column(path, columns, "label", required=False)
-    labels = frame[label_col].tolist() if label_col is not None else [None] * len(frame)
-    lines = range(2, len(frame) + 2)  # the header is line 1
-    return list(zip(lines, frame[q_col], frame[a_col], labels)), encoding
+    q_col = _find_column(path, header, "question", required=True)
+    a_col = _find_column(path, header, "answer", required=True)
+    label_col = _find_column(path, header, "label", required=False)
+    return [(line, fields[q_col], fields[a_col], None if label_col is None else fields[label_col])
+            for line, fields in records], encoding
 
 
 def clean_rows(source: str | Path, rows, encoding: str, *,

@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from chatbot.artifacts import load_model_dir
-from chatbot.config import ChatbotConfig, GenerationConfig
+from chatbot.config import MAX_QUESTION_CHARS, ChatbotConfig, GenerationConfig
 from chatbot.layers import padding_mask
 from chatbot.pipeline import encoder_inputs
 from chatbot.samplers import NEG_INF, Sampler, process_logits, sampler_for, suppress_special
@@ -148,7 +148,12 @@ class Chatbot:
         return cls(model, tokenizer, config, path)
 
     def options(self, **decoding) -> tuple[GenerationConfig, Options]:
+        """Checked settings and their tensors. Raises ValueError for an option out of bounds, always
+        before any compiled call, so a bad request never leaves decoding half-done."""
         settings = GenerationConfig(**decoding)
+        if settings.no_repeat_ngram_size > self.decoder.max_length:
+            raise ValueError(f"no_repeat_ngram_size must be 0 or 2..{self.decoder.max_length} (this model's "
+                             f"max_length), got {settings.no_repeat_ngram_size}")
         seed = settings.seed if settings.seed is not None else self._seeds.randrange(2**31 - 1)
         steps = self.decoder.step_limit(settings.max_new_tokens)
         return settings, Options(
@@ -158,11 +163,13 @@ class Chatbot:
             tf.constant(seed))
 
     def reply_ids(self, texts: list[str], **decoding) -> np.ndarray:
+        texts = check_questions(texts)
         settings, options = self.options(**decoding)
         return self.decoder.generate_ids(list(texts), options, settings).numpy()
 
     def reply_batch(self, texts: list[str], **decoding) -> list[str]:
-        if not texts:
+        if not check_questions(texts):
+            self.options(**decoding)  # bad options are refused even with nothing to answer
             return []
         return self.tokenizer.decode(_trim(self.reply_ids(texts, **decoding)))
 
@@ -171,6 +178,7 @@ class Chatbot:
 
     def stream(self, text: str, **decoding) -> Iterator[str]:
         """Yield the growing reply, one token at a time (each step is one compiled call)."""
+        text = check_questions([text])[0]
         settings, options = self.options(**decoding)
         if settings.strategy == "beam":  # beams are only ranked at the end: decode, then reveal
             ids = _trim(self.reply_ids([text], **decoding))[0]
@@ -196,6 +204,7 @@ class Chatbot:
 
     def attention(self, text: str, reply: str | None = None) -> dict:
         """Cross-attention of a reply over the question: tokens and weights (layers, heads, reply, question)."""
+        check_questions([text])
         encoder_ids = self.decoder.encode_texts(tf.constant([text]))
         reply_ids = _trim(self.reply_ids([text]))[0] if reply is None else self.tokenizer.encode([reply])[0]
         decoder_ids = tf.constant([[START_ID, *reply_ids]], tf.int32)
@@ -219,6 +228,19 @@ class Chatbot:
                 break
             output.append(token)
         return self.tokenizer.decode([output[1:]])[0]
+
+
+def check_questions(texts) -> list[str]:
+    """The questions as a list of strings, each at most MAX_QUESTION_CHARS characters; ValueError otherwise."""
+    if isinstance(texts, str):
+        raise ValueError("questions must be a list of strings, not one string")
+    texts = list(texts)
+    for text in texts:
+        if not isinstance(text, str):
+            raise ValueError(f"a question must be a string, got {type(text).__name__}")
+        if len(text) > MAX_QUESTION_CHARS:
+            raise ValueError(f"the question is too long ({len(text):,} characters; at most {MAX_QUESTION_CHARS:,})")
+    return texts
 
 
 def _trim(ids) -> list[list[int]]:

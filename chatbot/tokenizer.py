@@ -35,6 +35,10 @@ def normalize_tf(texts: tf.Tensor) -> tf.Tensor:
     return tf.strings.strip(texts)
 
 
+class VocabularyError(ValueError):
+    """The vocabulary cannot be learned with these settings (e.g. a target smaller than the data's characters)."""
+
+
 class Tokenizer:
     """A SentencePiece model wrapped for tensorflow-text. Ids: pad=0, start=1, end=2, unk=3."""
 
@@ -51,21 +55,25 @@ class Tokenizer:
         if not texts:
             raise ValueError("no text to learn a vocabulary from")
         proto = io.BytesIO()
-        sentencepiece.SentencePieceTrainer.train(
-            sentence_iterator=iter(texts),
-            model_writer=proto,
-            vocab_size=vocab_size,
-            hard_vocab_limit=False,  # small data yields fewer pieces instead of an error
-            model_type="unigram",
-            character_coverage=1.0,  # keep every Hangul syllable, ㅋ/ㅠ and emoji seen in training
-            normalization_rule_name="identity",  # NFKC would turn ㅋ into a conjoining jamo; we NFC ourselves
-            split_digits=True,
-            pad_id=PAD_ID, bos_id=START_ID, eos_id=END_ID, unk_id=UNK_ID,
-            pad_piece="<pad>", bos_piece="<s>", eos_piece="</s>", unk_piece="<unk>",
-            user_defined_symbols=list(RESERVED_TOKENS),
-            num_threads=2,
-            minloglevel=2,
-        )
+        try:
+            sentencepiece.SentencePieceTrainer.train(
+                sentence_iterator=iter(texts),
+                model_writer=proto,
+                vocab_size=vocab_size,
+                hard_vocab_limit=False,  # small data yields fewer pieces instead of an error
+                model_type="unigram",
+                character_coverage=1.0,  # keep every Hangul syllable, ㅋ/ㅠ and emoji seen in training
+                normalization_rule_name="identity",  # NFKC would turn ㅋ into a conjoining jamo; we NFC ourselves
+                split_digits=True,
+                pad_id=PAD_ID, bos_id=START_ID, eos_id=END_ID, unk_id=UNK_ID,
+                pad_piece="<pad>", bos_piece="<s>", eos_piece="</s>", unk_piece="<unk>",
+                user_defined_symbols=list(RESERVED_TOKENS),
+                num_threads=2,
+                minloglevel=2,
+            )
+        except RuntimeError as error:  # "Vocabulary size is smaller than required_chars. 16 vs 150. ..."
+            detail = str(error).strip().split("] ")[-1] or type(error).__name__  # without the C++ source location
+            raise VocabularyError(f"cannot learn a vocabulary of {vocab_size} pieces from this data ({detail})") from None
         return cls(proto.getvalue())
 
     def tokenize(self, texts) -> tf.RaggedTensor:

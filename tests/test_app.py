@@ -90,6 +90,31 @@ def test_invalid_settings_and_unknown_models_are_refused(client):
             client.predict("안녕하세요", model=name, api_name="/chat")
 
 
+@pytest.mark.parametrize("bad", [dict(seed=2**31), dict(max_new_tokens=2**31), dict(top_k=2**31), dict(num_beams=9),
+                                 dict(temperature=1e30), dict(no_repeat_ngram_size=1),
+                                 dict(no_repeat_ngram_size=999)])
+def test_a_bad_request_is_refused_and_the_next_one_is_answered(client, bad):
+    """Issue 14: an option out of int32 failed inside the compiled call and every later /chat hung.
+    The guard on `result` only keeps a regression from hanging the suite; it is no timing check."""
+    with pytest.raises(Exception, match="생성 설정"):
+        client.submit("안녕하세요", **bad, api_name="/chat").result(timeout=120)
+    assert HANGUL.search(client.submit("배고파", api_name="/chat").result(timeout=120))
+
+
+def test_the_model_pickers_value_is_escaped_in_the_error(bot, models_root):
+    ui = app.ChatApp(bot, models_root)
+    with pytest.raises(app.gr.Error) as error:
+        ui.model("<img src=x onerror=alert(1)>")
+    assert "<img" not in error.value.message and "&lt;img" in error.value.message
+
+
+def test_a_question_over_the_apis_cap_is_clipped_to_the_apps_own(bot, models_root):
+    from chatbot.config import MAX_QUESTION_CHARS
+
+    assert app.MAX_QUESTION_CHARS <= MAX_QUESTION_CHARS
+    assert HANGUL.search(app.ChatApp(bot, models_root).chat("배고파" * 2000))
+
+
 def test_sixteen_concurrent_clients_all_get_replies(url):
     questions = (QUESTIONS * 2)[:16]
 

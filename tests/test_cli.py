@@ -12,8 +12,10 @@ from conftest import ROOT, TINY_PAIRS, write_csv
 
 
 def run_cli(*args, stdin=None, cwd=ROOT):
+    """`python -m chatbot ARGS` in a subprocess; `stdin` as str (output as str) or bytes (output as bytes)."""
     return subprocess.run([sys.executable, "-m", "chatbot", *map(str, args)], cwd=cwd, input=stdin,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          capture_output=True, text=not isinstance(stdin, bytes), timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 def assert_user_error(status, stderr, *words):
@@ -26,7 +28,10 @@ def assert_user_error(status, stderr, *words):
 
 def main(capsys, *args):
     """(exit status, stdout, stderr) of `python -m chatbot ARGS`, run in this process."""
-    status = cli.main([str(arg) for arg in args])
+    try:
+        status = cli.main([str(arg) for arg in args])
+    except SystemExit as exited:  # argparse's own refusals
+        status = exited.code
     out, err = capsys.readouterr()
     return status, out, err
 
@@ -103,3 +108,98 @@ def test_train_reads_several_csvs_with_a_report_each_and_a_total(tmp_path, capsy
     out = capsys.readouterr().out
     assert [p.question for p in pairs] == ["배고파", "졸려", "추워"]
     assert out.count("data: ") == 2 and "total: 3 pairs from 2 files (1 pairs repeated" in out
+
+
+# -- issue 14, item 6: every hostile input below is one `error:` line and status 2, never a traceback --
+
+def train_args(tmp_path, *extra, out=None):
+    csv = write_csv(tmp_path / "ok.csv", TINY_PAIRS)
+    return ["train", "--data", csv, "--out", out or tmp_path / "m", "--epochs", "1", *extra]
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--seed", "3e9"], ["--seed", "invalid int"]), (["--seed", "3000000000"], ["seed"]), (["--seed", "-1"], ["seed"]),
+    (["--max-length", "2"], ["max_length"]), (["--epochs", "many"], ["--epochs"])])
+def test_bad_training_numbers_are_one_error_line(tmp_path, capsys, extra, words):
+    assert_user_error(*main(capsys, *train_args(tmp_path, *extra))[::2], *words)
+    assert not (tmp_path / "m").exists() and not (tmp_path / "m.training").exists()
+
+
+def test_out_inside_a_file_and_an_over_long_name_are_refused_before_reading_data(tmp_path, capsys):
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    status, out, err = main(capsys, *train_args(tmp_path, out=a_file / "model"))
+    assert_user_error(status, err, "is a file")
+    assert "data:" not in out
+    assert_user_error(*main(capsys, *train_args(tmp_path, out=tmp_path / ("모" * 100)))[::2], "too long")
+    assert_user_error(*main(capsys, "export", "--model", tmp_path, "--out", a_file / "saved")[::2], "is a file")
+
+
+def test_an_unwritable_out_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cli.os, "access", lambda path, mode: False)  # the tests run as root, who may write anywhere
+    assert_user_error(*main(capsys, *train_args(tmp_path, out=tmp_path / "locked" / "m"))[::2], "permission denied")
+
+
+def test_a_permission_error_while_training_is_one_line(tmp_path, capsys, monkeypatch):
+    import chatbot.train
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "m.training"))
+
+    monkeypatch.setattr(chatbot.train, "train", refuse)
+    assert_user_error(*main(capsys, *train_args(tmp_path))[::2], "Permission denied", "m.training")
+
+
+def test_a_vocabulary_too_small_for_the_data_is_one_error_line(tmp_path, capsys):
+    status, _, err = main(capsys, *train_args(tmp_path, "--vocab-size", "16"))
+    assert_user_error(status, err, "--vocab-size 16")
+    assert not (tmp_path / "m").exists() and not (tmp_path / "m.training").exists()
+
+
+@pytest.mark.parametrize("question, words", [("", ["empty"]), ("   ", ["empty"]), ("가" * 1001, ["too long", "1,000"])])
+def test_chat_refuses_empty_and_over_long_questions(tiny_model_dir, capsys, question, words):
+    assert_user_error(*main(capsys, "chat", "--model", tiny_model_dir, "-q", question)[::2], *words)
+
+
+def test_piped_lines_that_are_not_utf8_or_too_long_are_skipped_and_the_rest_answered(tiny_bot, capsys):
+    import io
+
+    lines = io.BytesIO("안녕하세요\n".encode() + "배고파\n".encode("cp949") + b"\n" + ("가" * 5000).encode() + b"\n"
+                       + "잘 자\n".encode())
+    with pytest.raises(cli.UserError, match=r"2 line\(s\) were not answered \(line 2, 4"):
+        cli.answer_lines(tiny_bot, lines, {})
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["반가워요.", "", "", "", "좋은 꿈 꾸세요."]
+    assert "skipped line 2: not UTF-8" in err and "skipped line 4: the question is too long" in err
+
+
+@pytest.mark.slow  # a TensorFlow subprocess
+def test_python_m_chatbot_keeps_answering_after_bytes_that_are_not_utf8(tiny_model_dir):
+    piped = run_cli("chat", "--model", tiny_model_dir, stdin=b"\xff\xfe\n" + "잘 자\n".encode())
+    assert piped.stdout.decode().splitlines() == ["", "좋은 꿈 꾸세요."]
+    assert_user_error(piped.returncode, piped.stderr.decode(), "1 line(s) were not answered")
+
+
+def test_a_tokenizer_that_does_not_match_the_model_is_refused_on_load(tiny_model_dir, tmp_path, capsys):
+    import json
+    import shutil
+
+    from chatbot.tokenizer import Tokenizer
+
+    hostile = shutil.copytree(tiny_model_dir, tmp_path / "hostile")
+    other = Tokenizer.train([q for q, _, _ in TINY_PAIRS], 130)
+    assert other.vocab_size != Tokenizer.load(hostile / "tokenizer.model").vocab_size
+    other.save(hostile / "tokenizer.model")
+    config = json.loads((hostile / "config.json").read_text(encoding="utf-8"))
+    config["tokenizer"]["vocab_hash"] = other.vocab_hash  # the hash check alone cannot catch it
+    (hostile / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    assert_user_error(*main(capsys, "chat", "--model", hostile, "-q", "안녕")[::2], "different runs")
+
+
+@pytest.mark.parametrize("config_text", ["{not json", "[]", '{"model": {"num_heads": "4"}}', '{"model": 3}'])
+def test_a_model_directory_with_a_bad_config_is_refused(tiny_model_dir, tmp_path, capsys, config_text):
+    import shutil
+
+    hostile = shutil.copytree(tiny_model_dir, tmp_path / "hostile")
+    (hostile / "config.json").write_text(config_text, encoding="utf-8")
+    assert_user_error(*main(capsys, "chat", "--model", hostile, "-q", "안녕")[::2], "config.json")

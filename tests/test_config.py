@@ -69,3 +69,50 @@ def test_every_decoding_option_is_an_app_control_and_a_chat_api_parameter():
 def test_a_config_written_for_one_data_file_still_reads():
     legacy = ChatbotConfig().to_json().replace('"paths": []', '"path": "data/korean_chat.csv"')
     assert ChatbotConfig.from_json(legacy).data.paths == ("data/korean_chat.csv",)
+
+
+# -- issue 14: every bound on a decoding option lives in GenerationConfig ------------------------
+
+NAN, INF = float("nan"), float("inf")
+OUT_OF_BOUNDS = [  # (option, value) pairs the fuzzing of issue 14 found accepted
+    *[(name, value) for name in ("seed", "max_new_tokens", "top_k") for value in (2**31, 2**63, 10**30)],
+    ("seed", -2**31 - 1), ("num_beams", 9), ("num_beams", 1000), ("num_beams", 0),
+    *[(name, value) for name in ("temperature", "top_p", "repetition_penalty", "length_penalty")
+      for value in (NAN, INF, -INF)],
+    ("temperature", 1e-30), ("temperature", 1e30), ("repetition_penalty", 1e30), ("length_penalty", 1e6),
+    ("no_repeat_ngram_size", 1), ("no_repeat_ngram_size", 2**31),
+    ("top_k", "5"), ("num_beams", 2.5), ("max_new_tokens", True), ("temperature", "hot"), ("strategy", None),
+    ("temperature", 10**400),
+]
+
+
+@pytest.mark.parametrize("name, value", OUT_OF_BOUNDS, ids=[f"{n}={v!r}"[:40] for n, v in OUT_OF_BOUNDS])
+def test_decoding_options_out_of_bounds_are_value_errors(name, value):
+    with pytest.raises(ValueError, match=name):
+        GenerationConfig(**{name: value})
+
+
+LOOSE_BUT_FINE = [("seed", -2**31 - 1), ("top_k", "5"), ("num_beams", 2.5), ("max_new_tokens", True)]  # -> None, 5, 2, 1
+
+
+@pytest.mark.parametrize("name, value", [(n, v) for n, v in OUT_OF_BOUNDS
+                                         if n != "strategy" and (n, v) not in LOOSE_BUT_FINE])
+def test_loose_ui_values_out_of_bounds_are_value_errors_too(name, value):
+    with pytest.raises(ValueError):
+        GenerationConfig.from_values({name: value})
+
+
+@pytest.mark.parametrize("changes", [
+    dict(seed=2**31 - 1), dict(seed=-2**31), dict(seed=0), dict(max_new_tokens=2**31 - 1), dict(top_k=2**31 - 1),
+    dict(num_beams=8), dict(no_repeat_ngram_size=2), dict(temperature=0.01), dict(repetition_penalty=50.0),
+    dict(length_penalty=-1.0), dict(top_p=1e-6)])
+def test_decoding_options_at_their_bounds_are_accepted(changes):
+    settings = GenerationConfig(**changes)
+    assert {name: getattr(settings, name) for name in changes} == changes
+
+
+def test_numpy_numbers_become_plain_python_numbers():
+    import numpy as np
+
+    settings = GenerationConfig(num_beams=np.int64(3), temperature=np.float32(0.5))
+    assert type(settings.num_beams) is int and type(settings.temperature) is float

@@ -1,6 +1,6 @@
 import pytest
 
-from chatbot.data import DataError, load_pairs, split_by_question
+from chatbot.data import DataError, QAPair, load_pairs, split_by_question
 from chatbot.text import normalize
 from conftest import SHARED_CHATBOT_DATA, TINY_PAIRS, write_csv
 
@@ -97,3 +97,43 @@ def test_public_chatbot_data_loads_with_its_odd_label():
     pairs, report = load_pairs(SHARED_CHATBOT_DATA)
     assert report.used > 11000 and set(report.label_counts) == {0, 1, 2}
     assert report.labels_cleared == []
+
+
+# -- issue 14, item 5: CSV reading ----------------------------------------------------------------
+
+def test_an_extra_field_in_the_first_data_row_is_refused_not_shifted(tmp_path):
+    path = tmp_path / "extra.csv"
+    path.write_text("Q,A,label\n배고파,밥 드세요.,0,덤\n졸려,주무세요.,0\n", encoding="utf-8")
+    with pytest.raises(DataError, match="4 fields but the header has 3") as error:
+        load_pairs(path)
+    assert error.value.row == 2
+
+
+def test_empty_trailing_fields_are_ignored_and_short_rows_padded(tmp_path):
+    path = tmp_path / "trailing.csv"
+    path.write_text("Q,A,label\n배고파,밥 드세요.,0,,\n졸려,주무세요.\n", encoding="utf-8")
+    pairs, _ = load_pairs(path)
+    assert pairs == [QAPair("배고파", "밥 드세요.", 0), QAPair("졸려", "주무세요.", None)]
+
+
+def test_row_numbers_count_blank_lines_and_quoted_line_breaks(tmp_path):
+    path = tmp_path / "lines.csv"
+    path.write_text('Q,A,label\n\n배고파,"밥\n드세요.",0\n\n\n,답만,0\n졸려,주무세요.,7\n"여러\n\n줄",,1\n배고파,"밥\n드세요.",0\n',
+                    encoding="utf-8")
+    pairs, report = load_pairs(path)
+    assert [p.answer for p in pairs] == ["밥 드세요.", "주무세요."]
+    # lines: 1 header, 2 blank, 3-4 배고파, 5-6 blank, 7 ",답만", 8 졸려, 9-11 "여러..줄", 12-13 배고파 again
+    assert report.dropped_empty == [7, 9] and report.labels_cleared == [8] and report.dropped_duplicates == [12]
+
+
+def test_shift_jis_bytes_are_refused_not_read_as_cp949(tmp_path):
+    rows = [("こんにちは", "元気ですか。", 0), ("おなかすいた", "ご飯を食べましょう。", 0), ("ねむい", "おやすみなさい。", 0)]
+    path = write_csv(tmp_path / "sjis.csv", rows, encoding="shift_jis")
+    with pytest.raises(DataError, match="Shift-JIS"):
+        load_pairs(path)
+
+
+def test_korean_cp949_with_rare_syllables_and_hanja_still_reads(tmp_path):
+    rows = [*TINY_PAIRS[:20], ("똠방각하 햏", "韓國語 漢字도 읽어요.", 0)]  # 똠/햏: cp949-only syllables
+    pairs, report = load_pairs(write_csv(tmp_path / "excel.csv", rows, encoding="cp949"))
+    assert report.encoding == "cp949" and pairs[-1] == QAPair("똠방각하 햏", "韓國語 漢字도 읽어요.", 0)

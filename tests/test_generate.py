@@ -98,3 +98,35 @@ def test_bad_decoding_options_are_rejected(tiny_bot):
         tiny_bot.reply("안녕", strategy="nucleus")
     with pytest.raises(ValueError):
         tiny_bot.reply("안녕", top_p=0.0)
+
+
+# -- issue 14: bounds are checked before any compiled call; a refused request leaves nothing behind --
+
+@pytest.mark.parametrize("bad", [dict(seed=2**31), dict(max_new_tokens=2**31), dict(top_k=2**31), dict(num_beams=9),
+                                 dict(temperature=float("nan")), dict(top_p=float("inf")),
+                                 dict(repetition_penalty=float("nan")), dict(length_penalty=float("-inf")),
+                                 dict(no_repeat_ngram_size=1), dict(no_repeat_ngram_size=17)])
+def test_bad_options_are_refused_before_decoding_and_the_next_reply_works(tiny_bot, bad):
+    compiled = set(tiny_bot.decoder._compiled)
+    for call in (lambda: tiny_bot.reply("배고파", **bad), lambda: tiny_bot.reply_batch(["배고파", "잘 자"], **bad),
+                 lambda: tiny_bot.reply_batch([], **bad), lambda: list(tiny_bot.stream("배고파", **bad))):
+        with pytest.raises(ValueError):
+            call()
+    assert set(tiny_bot.decoder._compiled) == compiled  # no function compiled (and kept) for a refused width
+    assert tiny_bot.reply("배고파") == "맛있는 거 드세요."
+
+
+def test_no_repeat_ngram_size_up_to_max_length_is_allowed(tiny_bot):
+    assert tiny_bot.decoder.max_length == 16
+    assert isinstance(tiny_bot.reply("배고파", no_repeat_ngram_size=16), str)
+
+
+def test_questions_over_the_cap_are_refused_with_a_clear_message(tiny_bot):
+    from chatbot.config import MAX_QUESTION_CHARS
+
+    long = "가" * (MAX_QUESTION_CHARS + 1)
+    for call in (lambda: tiny_bot.reply(long), lambda: tiny_bot.reply_batch(["배고파", long]),
+                 lambda: list(tiny_bot.stream(long)), lambda: tiny_bot.attention(long)):
+        with pytest.raises(ValueError, match="too long"):
+            call()
+    assert isinstance(tiny_bot.reply("가" * MAX_QUESTION_CHARS), str)
