@@ -11,10 +11,8 @@ the workspace imports it on first use, so `import app` and `python app.py --help
 import argparse
 import dataclasses
 import html
-import inspect
 import os
 import sys
-import typing
 from pathlib import Path
 
 import gradio as gr
@@ -23,7 +21,7 @@ from chatbot.artifacts import ArtifactError
 from chatbot.config import GenerationConfig
 from chatbot.plots import attention_figure, draw, korean_font
 from chatbot.workspace import (BackgroundTrainer, ModelShelf, clip_question, load_chatbot, model_summary,
-                               read_training_csv, training_config)
+                               read_training_csv, training_config, typed_chat_function)
 
 APP_DIR = Path(__file__).resolve().parent
 MODELS_ROOT = APP_DIR / "models"
@@ -188,25 +186,6 @@ class ChatApp:
         yield f"{message}\n\n{job.summary()}", gr.Dropdown(choices=self.shelf.choices())
 
 
-def chat_endpoint(ui: ChatApp):
-    """`ui.chat` as a plain function typed with one parameter per decoding option, which is what
-    `gr.api` reads: `/chat(message, <GenerationConfig fields>, model)`."""
-    kind, types = inspect.Parameter.POSITIONAL_OR_KEYWORD, typing.get_type_hints(GenerationConfig)
-    parameters = [inspect.Parameter("message", kind, annotation=str),
-                  *(inspect.Parameter(name, kind, default=getattr(DEFAULTS, name), annotation=types[name])
-                    for name in DECODING_OPTIONS),
-                  inspect.Parameter("model", kind, default="", annotation=str)]
-    signature = inspect.Signature(parameters, return_annotation=str)
-
-    def chat(*args, **kwargs):
-        (bound := signature.bind(*args, **kwargs)).apply_defaults()
-        return ui.chat(**bound.arguments)
-
-    chat.__signature__, chat.__doc__ = signature, ChatApp.chat.__doc__
-    chat.__annotations__ = {**{p.name: p.annotation for p in parameters}, "return": str}
-    return chat
-
-
 def settings_panel() -> list:
     """A control for every decoding option, in DECODING_OPTIONS order."""
     with gr.Accordion("생성 설정", open=True):
@@ -272,7 +251,7 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT) -> gr.Blocks:
         upload.upload(ui.check_csv, upload, report, api_name="check_data")
         start.click(ui.train, [upload, epochs, size], [training_log, picker], api_name="train",
                     concurrency_id="train", concurrency_limit=None)  # the trainer's lock turns a second one away
-        gr.api(chat_endpoint(ui), api_name="chat", **chat_limits)
+        gr.api(typed_chat_function(ui.chat, ChatApp.chat.__doc__), api_name="chat", **chat_limits)
         gr.api(ui.models, api_name="models")
     demo.queue(default_concurrency_limit=CHAT_CONCURRENCY, max_size=QUEUE_SIZE)
     return demo

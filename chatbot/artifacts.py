@@ -49,6 +49,28 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         raise
 
 
+def check_writable(out: str | Path) -> None:
+    """Refuse an --out that cannot be created, before any work: inside a file, in a folder we may not
+    write to, or a name too long for the file system (with room for the .training/.tmp siblings)."""
+    out = Path(out)
+    absolute = out.absolute()
+    ancestor = absolute.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ArtifactError(f"{out}: {ancestor} is a file, not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ArtifactError(f"{out}: cannot write in {ancestor} (permission denied)")
+    try:
+        name_max, path_max = os.pathconf(ancestor, "PC_NAME_MAX"), os.pathconf(ancestor, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    room = 32  # ".<name>.XXXXXXXX.tmp" and "<name>.training.new" beside it
+    if any(len(os.fsencode(part)) + room > name_max for part in absolute.relative_to(ancestor).parts) \
+            or len(os.fsencode(str(absolute))) + room > path_max:
+        raise ArtifactError(f"{out}: the path or one of its names is too long for this file system")
+
+
 def save_model_dir(out_dir: str | Path, config: ChatbotConfig, tokenizer: "Tokenizer", model: "keras.Model",
                    extra_files: dict[str, bytes] | None = None, overwrite: bool = False) -> Path:
     """Write a complete model directory at `out_dir` atomically. An existing one is replaced only

@@ -14,7 +14,7 @@ import sys
 import typing
 from pathlib import Path
 
-from chatbot.artifacts import ArtifactError, check_model_dir
+from chatbot.artifacts import ArtifactError, check_model_dir, check_writable
 from chatbot.config import (MAX_QUESTION_CHARS, SELECTIONS, STRATEGIES, ChatbotConfig, DataConfig, GenerationConfig,
                             ModelConfig, TokenizerConfig, TrainConfig, __version__)
 from chatbot.data import DataError
@@ -33,27 +33,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(USER_ERROR, f"error: {message} (see {self.prog} --help)\n")
-
-
-def check_out_dir(out: Path) -> None:
-    """Refuse an --out that cannot be created, before any work: inside a file, in a folder we may not
-    write to, or a name too long for the file system (with room for the .training/.tmp siblings)."""
-    absolute = out.absolute()
-    ancestor = absolute.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise UserError(f"{out}: {ancestor} is a file, not a folder")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise UserError(f"{out}: cannot write in {ancestor} (permission denied)")
-    try:
-        name_max, path_max = os.pathconf(ancestor, "PC_NAME_MAX"), os.pathconf(ancestor, "PC_PATH_MAX")
-    except (OSError, ValueError):
-        name_max, path_max = 255, 4096
-    room = 32  # ".<name>.XXXXXXXX.tmp" and "<name>.training.new" beside it
-    if any(len(os.fsencode(part)) + room > name_max for part in absolute.relative_to(ancestor).parts) \
-            or len(os.fsencode(str(absolute))) + room > path_max:
-        raise UserError(f"{out}: the path or one of its names is too long for this file system")
 
 
 def check_question(text: str) -> str:
@@ -136,11 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     chat.set_defaults(handler=run_chat)
 
     evaluate = commands.add_parser("eval", help="measure a model on held-out Q&A pairs (JSON metrics)",
-                                   description="Answer every question of a Q&A CSV and score the replies against its "
-                                               "answers. Prints one JSON object: n, loss, perplexity, token_accuracy "
-                                               "(teacher-forced), chrf, bleu_char (BLEU over characters), "
-                                               "exact_match, unique_ratio, distinct_1, distinct_2, mean_reply_chars, "
-                                               "ms_per_reply_p50/p95. Use questions the model never saw.")
+                                   description="Answer every question of a Q&A CSV (use questions the model never "
+                                               "saw) and print JSON: loss, perplexity, chrF, BLEU, distinct-n, ...")
     evaluate.add_argument("--model", default=DEFAULT_MODEL, help=f"model directory (default: {DEFAULT_MODEL})")
     evaluate.add_argument("--data", required=True, metavar="CSV", help="Q&A CSV to evaluate on")
     evaluate.add_argument("--replies", metavar="OUT.csv", help="also write Q,A,reply rows to this CSV")
@@ -169,23 +145,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_data(sources: list[str]) -> list:
-    """Pairs of every --data source, printing each one's data report (and a total for several)."""
-    from chatbot.data import merge_pairs
-    from chatbot.datasets import load_source
-
-    loaded = []
-    for source in sources:
-        pairs, report = load_source(source)  # a CSV before TensorFlow loads, so its errors come back at once
-        print(report, flush=True)
-        loaded.append(pairs)
-    pairs, repeated = merge_pairs(loaded)
-    if len(sources) > 1:
-        print(f"total: {len(pairs)} pairs from {len(sources)} files ({repeated} pairs repeated an earlier file's "
-              f"and were dropped)", flush=True)
-    return pairs
-
-
 def run_train(args) -> None:
     try:
         config = ChatbotConfig(
@@ -205,8 +164,10 @@ def run_train(args) -> None:
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
-    check_out_dir(out)
-    pairs = load_data(args.data)  # before TensorFlow loads, so data errors come back at once
+    check_writable(out)
+    from chatbot.datasets import load_sources
+
+    pairs = load_sources(args.data, log=lambda line: print(line, flush=True))  # CSVs before TensorFlow loads
     from chatbot.tokenizer import VocabularyError
     from chatbot.train import train
 
@@ -292,7 +253,7 @@ def run_export(args) -> None:
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
-    check_out_dir(out)
+    check_writable(out)
     check_model_dir(args.model)
     from chatbot.export import export_saved_model
 

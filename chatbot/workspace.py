@@ -10,15 +10,18 @@ module, and `app`, stays cheap. Must not import Gradio, decode text itself or dr
 
 from __future__ import annotations
 
+import dataclasses
 import html
+import inspect
 import re
 import shutil
 import threading
 import time
+import typing
 from pathlib import Path
 
 from chatbot.artifacts import CONFIG_FILE, ArtifactError, check_model_dir
-from chatbot.config import ChatbotConfig, DataConfig, ModelConfig, TokenizerConfig, TrainConfig
+from chatbot.config import ChatbotConfig, DataConfig, GenerationConfig, ModelConfig, TokenizerConfig, TrainConfig
 from chatbot.data import DataError, load_pairs
 
 
@@ -209,3 +212,24 @@ class BackgroundTrainer:
         finally:
             self._lock.release()
             job.finished.set()
+
+
+def typed_chat_function(chat, doc: str | None = None):
+    """`chat(message, model="", **decoding)` as a plain function with one typed parameter per
+    GenerationConfig field, in field order, which is what an API layer (Gradio's `gr.api`) reads:
+    `(message, <GenerationConfig fields>, model)`."""
+    kind, types = inspect.Parameter.POSITIONAL_OR_KEYWORD, typing.get_type_hints(GenerationConfig)
+    defaults = GenerationConfig()
+    parameters = [inspect.Parameter("message", kind, annotation=str),
+                  *(inspect.Parameter(f.name, kind, default=getattr(defaults, f.name), annotation=types[f.name])
+                    for f in dataclasses.fields(GenerationConfig)),
+                  inspect.Parameter("model", kind, default="", annotation=str)]
+    signature = inspect.Signature(parameters, return_annotation=str)
+
+    def typed_chat(*args, **kwargs):
+        (bound := signature.bind(*args, **kwargs)).apply_defaults()
+        return chat(**bound.arguments)
+
+    typed_chat.__signature__, typed_chat.__doc__ = signature, doc
+    typed_chat.__annotations__ = {**{p.name: p.annotation for p in parameters}, "return": str}
+    return typed_chat

@@ -100,11 +100,11 @@ def test_train_refuses_to_overwrite(tiny_model_dir, tmp_path, capsys):
 
 
 def test_train_reads_several_csvs_with_a_report_each_and_a_total(tmp_path, capsys):
-    from chatbot.cli import load_data
+    from chatbot.datasets import load_sources
 
     first = write_csv(tmp_path / "a.csv", [("배고파", "밥 먹어요.", 0), ("졸려", "자요.", 0)])
     second = write_csv(tmp_path / "b.csv", [("배고파", "밥 먹어요.", 0), ("추워", "옷 입어요.", 0)])
-    pairs = load_data([str(first), str(second)])
+    pairs = load_sources([str(first), str(second)])
     out = capsys.readouterr().out
     assert [p.question for p in pairs] == ["배고파", "졸려", "추워"]
     assert out.count("data: ") == 2 and "total: 3 pairs from 2 files (1 pairs repeated" in out

@@ -1,6 +1,6 @@
 """Where training data comes from: a Q&A CSV (the main door) or a TFDS dataset (`tfds:NAME[/CONFIG]`).
 
-Owns: `load_source(spec) -> (pairs, report)` for both, and this package's TFDS builders
+Owns: `load_source(spec) -> (pairs, report)` for both, `load_sources` for several at once, and this package's TFDS builders
 (`chatbot.datasets.korean_chatbot_data`, registered when imported). Importing this package stays
 light: tensorflow-datasets and TensorFlow load only for a `tfds:` spec or with a builder.
 Must not tokenize.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chatbot.data import DataError, DataReport, QAPair, clean_rows, load_pairs
+from chatbot.data import DataError, DataReport, QAPair, clean_rows, load_pairs, merge_pairs
 
 TFDS_PREFIX = "tfds:"
 BUILT_IN = "korean_chatbot_data"
@@ -30,6 +30,21 @@ def load_source(spec: str | Path, *, data_dir: str | None = None,
     if not is_tfds(spec):
         return load_pairs(spec)
     return _load_tfds(str(spec), data_dir, manual_dir)
+
+
+def load_sources(specs: list[str], log=print) -> list[QAPair]:
+    """Pairs of every source in order, logging each one's data report (and a total for several);
+    a pair that repeats an earlier source's is dropped."""
+    loaded = []
+    for spec in specs:
+        pairs, report = load_source(spec)
+        log(report)
+        loaded.append(pairs)
+    pairs, repeated = merge_pairs(loaded)
+    if len(specs) > 1:
+        log(f"total: {len(pairs)} pairs from {len(specs)} files ({repeated} pairs repeated an earlier file's "
+            "and were dropped)")
+    return pairs
 
 
 def _load_tfds(spec: str, data_dir, manual_dir) -> tuple[list[QAPair], DataReport]:
