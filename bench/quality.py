@@ -247,10 +247,9 @@ def parse_decode(text: str):
 
 
 def reply_all(bot, test, options):
-    replies = []
-    for first in range(0, len(test), 128):
-        replies += bot.reply_batch([p.question for p in test[first:first + 128]], **options)
-    return replies
+    from chatbot.evaluate import replies_to
+
+    return replies_to(bot, [p.question for p in test], **options)
 
 
 # -- main ------------------------------------------------------------------------------------

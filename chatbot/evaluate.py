@@ -50,6 +50,14 @@ def reply_metrics(replies: list[str], references: list[str]) -> dict:
     }
 
 
+def replies_to(bot, questions: list[str], batch_size: int = 128, **decoding) -> list[str]:
+    """`bot.reply_batch` over any number of questions, `batch_size` at a time."""
+    replies = []
+    for start in range(0, len(questions), batch_size):
+        replies += bot.reply_batch(questions[start:start + batch_size], **decoding)
+    return replies
+
+
 def teacher_forced_metrics(bot, pairs, batch_size: int = 64) -> dict:
     """Masked cross-entropy (nats per real answer token), perplexity and token accuracy."""
     import tensorflow as tf
@@ -92,9 +100,7 @@ def evaluate(bot, pairs, *, batch_size: int = 64, latency_sample: int = 50, repl
              **decoding) -> dict:
     """Every metric of `bot` on `pairs` (questions it should not have seen), as one flat dict."""
     questions, references = [p.question for p in pairs], [p.answer for p in pairs]
-    replies = []
-    for start in range(0, len(questions), batch_size):
-        replies += bot.reply_batch(questions[start:start + batch_size], **decoding)
+    replies = replies_to(bot, questions, batch_size, **decoding)
     result = {"n": len(pairs), **teacher_forced_metrics(bot, pairs, batch_size), **reply_metrics(replies, references)}
     if latency_sample:
         result.update(latency_ms(bot, questions[:latency_sample], **decoding))
@@ -144,10 +150,7 @@ class ReplyQualityCheckpoint(keras.callbacks.Callback):
         self.best = -math.inf if best is None else best
 
     def on_epoch_end(self, epoch, logs=None):
-        replies = []
-        for start in range(0, len(self.questions), 128):
-            replies += self.bot.reply_batch(self.questions[start:start + 128])
-        scores = reply_metrics(replies, self.references)
+        scores = reply_metrics(replies_to(self.bot, self.questions), self.references)
         score = selection_score(scores["chrf"], scores["unique_ratio"])
         if logs is not None:
             logs.update(val_chrf=scores["chrf"], val_unique=scores["unique_ratio"], val_select=score)
