@@ -1,8 +1,8 @@
 """The model directory: its layout, atomic saving, and checked loading.
 
-A model directory holds `config.json` (every setting, the package version, the vocabulary hash),
-`tokenizer.model`, `model.keras` (Keras 3 architecture + weights), `history.csv` and
-`metrics.json`. It is written to a temporary sibling and renamed into place, so a crash never
+A model directory holds `config.json` (every setting, the package version, the vocabulary and
+index hashes), `tokenizer.model`, `model.keras` (Keras 3 architecture + weights), `retrieval.json`
+(the training pairs a model that reads retrieved answers looks up), `history.csv` and `metrics.json`. It is written to a temporary sibling and renamed into place, so a crash never
 leaves a half-written directory that loads. Must not train.
 """
 
@@ -20,11 +20,13 @@ from chatbot.config import ChatbotConfig, __version__
 if TYPE_CHECKING:  # TensorFlow is imported only when a model is really saved or loaded,
     import keras   # so that checking a directory stays instant for the CLI.
 
+    from chatbot.retrieval import Retriever
     from chatbot.tokenizer import Tokenizer
 
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.model"
 MODEL_FILE = "model.keras"  # the Keras model: architecture and weights
+INDEX_FILE = "retrieval.json"  # the retrieval index (chatbot.retrieval), when config.context.retrieved > 0
 HISTORY_FILE = "history.csv"
 METRICS_FILE = "metrics.json"
 REQUIRED_FILES = (CONFIG_FILE, TOKENIZER_FILE, MODEL_FILE)
@@ -120,25 +122,33 @@ def check_model_dir(path: str | Path) -> ChatbotConfig:
     proto = (path / TOKENIZER_FILE).read_bytes()
     if hashlib.sha256(proto).hexdigest() != config.tokenizer.vocab_hash:
         raise ArtifactError(f"{path}: {TOKENIZER_FILE} does not match the vocabulary hash in {CONFIG_FILE}")
+    if config.context.retrieved:
+        if not (path / INDEX_FILE).is_file():
+            raise ArtifactError(f"{path}: not a complete model directory (missing {INDEX_FILE})")
+        if hashlib.sha256((path / INDEX_FILE).read_bytes()).hexdigest() != config.context.index_hash:
+            raise ArtifactError(f"{path}: {INDEX_FILE} does not match the index hash in {CONFIG_FILE}")
     return config
 
 
-def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, "Tokenizer", "keras.Model"]:
-    """Check, then load a model directory. The model loads with Keras safe mode on. Anything that
-    does not load (a corrupt model.keras, an unreadable vocabulary) is an ArtifactError of one line."""
+def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, "Tokenizer", "keras.Model", "Retriever | None"]:
+    """Check, then load a model directory: its config, tokenizer, model and retrieval index (None when
+    the model reads no retrieved answers). The model loads with Keras safe mode on. Anything that does
+    not load (a corrupt model.keras, an unreadable vocabulary or index) is an ArtifactError of one line."""
     import keras
 
     import chatbot.model  # noqa: F401  (registers the layers for deserialization)
+    from chatbot.retrieval import Retriever
     from chatbot.tokenizer import Tokenizer
 
     config = check_model_dir(path)
     try:
         model = keras.saving.load_model(Path(path) / MODEL_FILE, compile=False, safe_mode=True)
         tokenizer = Tokenizer.load(Path(path) / TOKENIZER_FILE)
+        retriever = Retriever.load(Path(path) / INDEX_FILE) if config.context.retrieved else None
     except Exception as error:
         detail = " ".join(str(error).split())[:300]
         raise ArtifactError(f"{path}: cannot load the model ({type(error).__name__}: {detail})") from error
     if not tokenizer.vocab_size == model.vocab_size == config.model.vocab_size:  # else every reply fails
         raise ArtifactError(f"{path}: {TOKENIZER_FILE} has {tokenizer.vocab_size} pieces but the model's embedding "
                             f"{model.vocab_size} (config.json: {config.model.vocab_size}); they are from different runs")
-    return config, tokenizer, model
+    return config, tokenizer, model, retriever

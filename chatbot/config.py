@@ -26,7 +26,8 @@ class ModelConfig:
     num_heads: int = 4
     dff: int = 512
     dropout: float = 0.1
-    max_length: int = 40  # longest encoder input and decoder sequence, in tokens
+    max_length: int = 40  # longest question and reply, in tokens
+    encoder_length: int = 0  # longest encoder input (question, tone, retrieved answers); 0: max_length
 
     def __post_init__(self):
         if self.d_model % self.num_heads:
@@ -34,6 +35,8 @@ class ModelConfig:
         for name in ("vocab_size", "num_layers", "d_model", "num_heads", "dff", "max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.encoder_length and self.encoder_length < self.max_length:
+            raise ValueError(f"encoder_length must be 0 or at least max_length, got {self.encoder_length}")
         if self.max_length < MIN_MAX_LENGTH:
             raise ValueError(f"max_length must be at least {MIN_MAX_LENGTH}, got {self.max_length}")
         if not 0.0 <= self.dropout < 1.0:
@@ -57,6 +60,28 @@ class DataConfig:
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
         _check_seed(self.seed)
+
+
+@dataclass(frozen=True)
+class ContextConfig:
+    """What the encoder reads besides the question: `[start] tone question [end] (<sep> answer) * retrieved`."""
+
+    # Answers of the nearest training questions (chatbot.retrieval), nearest first; 0: the question alone.
+    retrieved: int = 2
+    tone: bool = True  # a tone token from the label column, when the training data has labels
+    tone_dropout: float = 0.2  # share of training questions shown without their tone, so asking none works
+    index_hash: str = ""  # sha256 of retrieval.json, checked on load
+
+    def __post_init__(self):
+        if not 0 <= self.retrieved <= MAX_RETRIEVED:
+            raise ValueError(f"retrieved must be between 0 and {MAX_RETRIEVED}, got {self.retrieved}")
+        if not 0.0 <= self.tone_dropout <= 1.0:
+            raise ValueError(f"tone_dropout must be in [0, 1], got {self.tone_dropout}")
+
+
+MAX_RETRIEVED = 8
+TONES = ("everyday", "sad", "love")  # the label column's 0, 1 and 2
+NO_CONTEXT = ContextConfig(retrieved=0, tone=False)  # what models saved before ContextConfig read
 
 
 SELECTIONS = ("chrf", "loss", "last")
@@ -181,6 +206,7 @@ class ChatbotConfig:
 
     model: ModelConfig = field(default_factory=ModelConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    context: ContextConfig = field(default_factory=ContextConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     version: str = __version__
@@ -199,8 +225,9 @@ class ChatbotConfig:
             known = {f.name for f in dataclasses.fields(section_cls)}
             return section_cls(**{k: v for k, v in raw.get(name, {}).items() if k in known})
 
+        context = section(ContextConfig, "context") if "context" in raw else NO_CONTEXT
         return cls(model=section(ModelConfig, "model"), tokenizer=section(TokenizerConfig, "tokenizer"),
-                   data=section(DataConfig, "data"), train=section(TrainConfig, "train"),
+                   context=context, data=section(DataConfig, "data"), train=section(TrainConfig, "train"),
                    version=raw.get("version", ""))
 
     @classmethod

@@ -1,7 +1,8 @@
 """Export: a TensorFlow SavedModel that maps question strings to reply strings.
 
 Owns: the `tf.Module` whose `serving_default` signature runs normalisation, SentencePiece
-tokenisation, cached greedy decoding and detokenisation inside the graph, so the SavedModel
+tokenisation, retrieval of the nearest training answers, cached greedy decoding and detokenisation
+inside the graph (and `serve_with_tone` the same with a tone per question), so the SavedModel
 answers in a process that imports only `tensorflow` and `tensorflow_text` (and serves under
 TensorFlow Serving). Must not depend on Python-side tokenization.
 """
@@ -20,18 +21,25 @@ from chatbot.samplers import GreedySampler
 
 
 class ReplyModule(tf.Module):
-    """`serve(questions: string[batch]) -> {"replies": string[batch]}` with greedy decoding."""
+    """`serve(questions: string[batch]) -> {"replies": string[batch]}` with greedy decoding, and
+    `serve_with_tone(questions, tones: int32[batch])` (0 everyday, 1 sad, 2 love, -1 none)."""
 
     def __init__(self, bot: Chatbot):
         super().__init__(name="chatbot")
         self.model = bot.model
         self.sentencepiece = bot.tokenizer.sp  # tracked, so the vocabulary travels with the SavedModel
-        self._decoder = CachedDecoder(bot.model, bot.tokenizer)
+        self.retriever = bot.retriever  # and the retrieval index (its table and variables), if any
+        self._decoder = CachedDecoder(bot.model, bot.tokenizer, bot.config.context, bot.retriever)
         _, self._options = bot.options(strategy="greedy", max_new_tokens=bot.model.max_length, seed=0)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions")])
     def serve(self, questions):
-        ids = self._decoder.decode(questions, self._options, GreedySampler(), no_repeat_ngram_size=0)
+        return self.serve_with_tone(questions, tf.fill(tf.shape(questions), -1))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions"),
+                                  tf.TensorSpec([None], tf.int32, name="tones")])
+    def serve_with_tone(self, questions, tones):
+        ids = self._decoder.decode(questions, self._options, GreedySampler(), no_repeat_ngram_size=0, tones=tones)
         return {"replies": self._decoder.tokenizer.detokenize(ids)}
 
 
@@ -42,7 +50,8 @@ def export_saved_model(model_dir: str | Path, out_dir: str | Path, overwrite: bo
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     temp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
     try:
-        tf.saved_model.save(module, str(temp), signatures={"serving_default": module.serve})
+        tf.saved_model.save(module, str(temp), signatures={"serving_default": module.serve,
+                                                           "serve_with_tone": module.serve_with_tone})
         if out_dir.exists() and overwrite:
             shutil.rmtree(out_dir)
         os.replace(temp, out_dir)

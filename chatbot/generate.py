@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from chatbot.artifacts import load_model_dir
-from chatbot.config import MAX_QUESTION_CHARS, ChatbotConfig, GenerationConfig
+from chatbot.config import MAX_QUESTION_CHARS, NO_CONTEXT, TONES, ChatbotConfig, ContextConfig, GenerationConfig
 from chatbot.layers import padding_mask
 from chatbot.pipeline import encoder_inputs
 from chatbot.samplers import NEG_INF, Sampler, process_logits, sampler_for, suppress_special
@@ -54,10 +54,13 @@ class State(NamedTuple):
 
 class CachedDecoder:
     """Compiled cached decoding over one model and tokenizer, shared by `Chatbot` and the SavedModel
-    export. One step function and one loop serve every sampler (see `chatbot.samplers.Sampler`)."""
+    export. One step function and one loop serve every sampler (see `chatbot.samplers.Sampler`).
+    With a `retriever`, the encoder also reads the answers of the nearest training questions."""
 
-    def __init__(self, model, tokenizer: Tokenizer):
-        self.model, self.tokenizer = model, tokenizer
+    def __init__(self, model, tokenizer: Tokenizer, context: ContextConfig = NO_CONTEXT, retriever=None):
+        self.model, self.tokenizer, self.context, self.retriever = model, tokenizer, context, retriever
+        if context.retrieved and retriever is None:
+            raise ValueError("this model reads retrieved answers: it needs its retrieval index")
         self.max_length = model.max_length
         self._compiled = {}
 
@@ -65,9 +68,23 @@ class CachedDecoder:
         """How many tokens a reply may get: what was asked for, within the model's positions."""
         return min(max_new_tokens, self.max_length)
 
-    def encode_texts(self, texts):
-        """Strings (batch,) -> encoder ids (batch, src_len) padded with 0, all in the graph."""
-        return encoder_inputs(self.tokenizer.tokenize(texts), self.max_length).to_tensor()
+    def encoder_ids(self, texts, tones=None) -> tf.RaggedTensor:
+        """Strings (batch,) and tones (batch,) int (-1: none) -> encoder ids (batch, None), in the graph:
+        the question, its tone token if the model learned tones, and the retrieved answers."""
+        texts = tf.convert_to_tensor(texts, tf.string)
+        if tones is None or not self.context.tone:
+            tones = tf.fill(tf.shape(texts), -1)
+        context = None
+        if self.context.retrieved:
+            answers = self.retriever.nearest(texts, self.context.retrieved, tones)  # (batch, k)
+            context = tf.RaggedTensor.from_uniform_row_length(self.tokenizer.tokenize(tf.reshape(answers, [-1])),
+                                                              tf.shape(answers, out_type=tf.int64)[1])
+        return encoder_inputs(self.tokenizer.tokenize(texts), self.max_length, tones if self.context.tone else None,
+                              context, self.model.encoder_length)
+
+    def encode_texts(self, texts, tones=None):
+        """`encoder_ids` padded with 0: (batch, src_len)."""
+        return self.encoder_ids(texts, tones).to_tensor()
 
     def start(self, encoder_ids, num_beams: int = 1) -> State:
         """The state before the first step; each question's row repeated `num_beams` times, only the
@@ -99,9 +116,9 @@ class CachedDecoder:
         return state._replace(index=state.index + 1, tokens=_write(state.tokens, state.index + 1, chosen),
                               finished=state.finished | (chosen == END_ID), seen=seen, scores=scores)
 
-    def decode(self, texts, options: Options, sampler: Sampler, no_repeat_ngram_size: int):
+    def decode(self, texts, options: Options, sampler: Sampler, no_repeat_ngram_size: int, tones=None):
         """Strings (batch,) -> reply ids (batch, max_length), padded after the end token, in the graph."""
-        state = self.start(self.encode_texts(texts), sampler.num_beams)
+        state = self.start(self.encode_texts(texts, tones), sampler.num_beams)
         state = tf.while_loop(
             lambda s: (s.index < options.steps) & ~tf.reduce_all(s.finished),
             lambda s: (self.step(s, options, sampler, no_repeat_ngram_size),),
@@ -115,16 +132,16 @@ class CachedDecoder:
         normalised = scores / tf.maximum(lengths, 1.0) ** options.length_penalty
         return tf.gather(replies, tf.argmax(normalised, axis=-1, output_type=tf.int32), batch_dims=1)
 
-    def generate_ids(self, texts, options: Options, settings: GenerationConfig):
+    def generate_ids(self, texts, options: Options, settings: GenerationConfig, tones):
         """Reply ids (batch, max_length) from one compiled call per (strategy, beam width, n-gram size)."""
         key = (settings.strategy, settings.num_beams if settings.strategy == "beam" else 0,
                settings.no_repeat_ngram_size)
         if key not in self._compiled:
             sampler = sampler_for(settings)
             self._compiled[key] = tf.function(
-                lambda t, o: self.decode(t, o, sampler, settings.no_repeat_ngram_size),
-                input_signature=[tf.TensorSpec([None], tf.string), OPTIONS_SIGNATURE])
-        return self._compiled[key](tf.constant(texts, tf.string), options)
+                lambda t, o, s: self.decode(t, o, sampler, settings.no_repeat_ngram_size, s),
+                input_signature=[tf.TensorSpec([None], tf.string), OPTIONS_SIGNATURE, tf.TensorSpec([None], tf.int32)])
+        return self._compiled[key](tf.constant(texts, tf.string), options, tf.constant(tones, tf.int32))
 
 
 def _write(tokens, position, values):
@@ -136,16 +153,34 @@ def _write(tokens, position, values):
 class Chatbot:
     """A trained model ready to answer. Decoding options: see `GenerationConfig`."""
 
-    def __init__(self, model, tokenizer: Tokenizer, config: ChatbotConfig, path: str | Path | None = None):
+    def __init__(self, model, tokenizer: Tokenizer, config: ChatbotConfig, path: str | Path | None = None,
+                 retriever=None):
         self.model, self.tokenizer, self.config, self.path = model, tokenizer, config, path
-        self.decoder = CachedDecoder(model, tokenizer)
+        self.retriever = retriever
+        self.decoder = CachedDecoder(model, tokenizer, config.context, retriever)
         self._step = {}
         self._seeds = random.Random()  # its own: code that reseeds Python's `random` (training) leaves it alone
 
     @classmethod
     def load(cls, path: str | Path) -> "Chatbot":
-        config, tokenizer, model = load_model_dir(path)
-        return cls(model, tokenizer, config, path)
+        config, tokenizer, model, retriever = load_model_dir(path)
+        return cls(model, tokenizer, config, path, retriever)
+
+    @property
+    def has_tone(self) -> bool:
+        """Whether the model learned tone tokens (its training data had a label column)."""
+        return self.config.context.tone
+
+    def tone_ids(self, tone, count: int) -> list[int]:
+        """A tone (None, 0/1/2 or everyday/sad/love) as the int the graph takes, once per question.
+        A model that learned no tones ignores it. Raises ValueError for anything else."""
+        if tone is None or tone == "":
+            return [-1] * count
+        if isinstance(tone, str) and tone in TONES:
+            tone = TONES.index(tone)
+        if isinstance(tone, bool) or not isinstance(tone, int) or tone not in range(len(TONES)):
+            raise ValueError(f"tone must be one of {', '.join(TONES)} (or 0-2), got {tone!r}")
+        return [tone if self.has_tone else -1] * count
 
     def options(self, **decoding) -> tuple[GenerationConfig, Options]:
         """Checked settings and their tensors. Raises ValueError for an option out of bounds, always
@@ -162,26 +197,30 @@ class Chatbot:
             tf.constant(settings.repetition_penalty, tf.float32), tf.constant(settings.length_penalty, tf.float32),
             tf.constant(seed))
 
-    def reply_ids(self, texts: list[str], **decoding) -> np.ndarray:
+    def reply_ids(self, texts: list[str], tone=None, **decoding) -> np.ndarray:
         texts = check_questions(texts)
+        tones = self.tone_ids(tone, len(texts))
         settings, options = self.options(**decoding)
-        return self.decoder.generate_ids(list(texts), options, settings).numpy()
+        return self.decoder.generate_ids(list(texts), options, settings, tones).numpy()
 
-    def reply_batch(self, texts: list[str], **decoding) -> list[str]:
+    def reply_batch(self, texts: list[str], tone=None, **decoding) -> list[str]:
+        """Replies to many questions at once; `tone`: None, or everyday/sad/love (or 0-2) for all of them."""
         if not check_questions(texts):
+            self.tone_ids(tone, 0)
             self.options(**decoding)  # bad options are refused even with nothing to answer
             return []
-        return self.tokenizer.decode(_trim(self.reply_ids(texts, **decoding)))
+        return self.tokenizer.decode(_trim(self.reply_ids(texts, tone, **decoding)))
 
-    def reply(self, text: str, **decoding) -> str:
-        return self.reply_batch([text], **decoding)[0]
+    def reply(self, text: str, tone=None, **decoding) -> str:
+        return self.reply_batch([text], tone, **decoding)[0]
 
-    def stream(self, text: str, **decoding) -> Iterator[str]:
+    def stream(self, text: str, tone=None, **decoding) -> Iterator[str]:
         """Yield the growing reply, one token at a time (each step is one compiled call)."""
         text = check_questions([text])[0]
+        tones = tf.constant(self.tone_ids(tone, 1), tf.int32)
         settings, options = self.options(**decoding)
         if settings.strategy == "beam":  # beams are only ranked at the end: decode, then reveal
-            ids = _trim(self.reply_ids([text], **decoding))[0]
+            ids = _trim(self.reply_ids([text], tone, **decoding))[0]
             for end in range(1, len(ids) + 1):
                 yield self.tokenizer.decode([ids[:end]])[0]
             return
@@ -189,7 +228,7 @@ class Chatbot:
         if key not in self._step:
             sampler = sampler_for(settings)
             self._step[key] = tf.function(lambda s, o: self.decoder.step(s, o, sampler, settings.no_repeat_ngram_size))
-        state = self.decoder.start(self.decoder.encode_texts(tf.constant([text])))
+        state = self.decoder.start(self.decoder.encode_texts(tf.constant([text]), tones))
         previous = ""
         for _ in range(int(options.steps)):
             state = self._step[key](state, options)
@@ -202,11 +241,12 @@ class Chatbot:
         if not previous:
             yield ""
 
-    def attention(self, text: str, reply: str | None = None) -> dict:
-        """Cross-attention of a reply over the question: tokens and weights (layers, heads, reply, question)."""
+    def attention(self, text: str, reply: str | None = None, tone=None) -> dict:
+        """Cross-attention of a reply over the encoder input (the question, and the retrieved answers if
+        the model reads them): tokens and weights (layers, heads, reply, encoder input)."""
         check_questions([text])
-        encoder_ids = self.decoder.encode_texts(tf.constant([text]))
-        reply_ids = _trim(self.reply_ids([text]))[0] if reply is None else self.tokenizer.encode([reply])[0]
+        encoder_ids = self.decoder.encode_texts(tf.constant([text]), tf.constant(self.tone_ids(tone, 1)))
+        reply_ids = _trim(self.reply_ids([text], tone))[0] if reply is None else self.tokenizer.encode([reply])[0]
         decoder_ids = tf.constant([[START_ID, *reply_ids]], tf.int32)
         memory = self.model.encode(encoder_ids, training=False)
         _, attention = self.model.decode(decoder_ids, memory, padding_mask(encoder_ids), return_attention=True)

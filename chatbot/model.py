@@ -17,16 +17,18 @@ from chatbot.layers import (DecoderLayer, EncoderLayer, PositionalEmbedding, cau
 
 @register
 class Transformer(keras.Model):
-    """Inputs `(encoder_inputs, decoder_inputs)`, int ids padded with 0, each (batch, <= max_length).
-    Returns float32 logits (batch, decoder_len, vocab_size)."""
+    """Inputs `(encoder_inputs, decoder_inputs)`, int ids padded with 0, of shapes (batch, <= encoder_length)
+    and (batch, <= max_length). Returns float32 logits (batch, decoder_len, vocab_size).
+    `encoder_length` (default `max_length`) leaves room for retrieved answers after the question."""
 
     def __init__(self, vocab_size, num_layers=4, d_model=128, num_heads=4, dff=512, dropout=0.1,
-                 max_length=40, **kwargs):
+                 max_length=40, encoder_length=None, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size, self.num_layers, self.d_model = vocab_size, num_layers, d_model
         self.num_heads, self.dff, self.dropout, self.max_length = num_heads, dff, dropout, max_length
+        self.encoder_length = encoder_length or max_length
         policy = self.dtype_policy
-        self.encoder_embedding = PositionalEmbedding(vocab_size, d_model, max_length, dtype=policy,
+        self.encoder_embedding = PositionalEmbedding(vocab_size, d_model, self.encoder_length, dtype=policy,
                                                      name="encoder_embedding")
         self.decoder_embedding = PositionalEmbedding(vocab_size, d_model, max_length, dtype=policy,
                                                      name="decoder_embedding")
@@ -42,7 +44,7 @@ class Transformer(keras.Model):
     @classmethod
     def from_config_dataclass(cls, config: ModelConfig, **kwargs) -> "Transformer":
         return cls(config.vocab_size, config.num_layers, config.d_model, config.num_heads, config.dff,
-                   config.dropout, config.max_length, **kwargs)
+                   config.dropout, config.max_length, config.encoder_length or None, **kwargs)
 
     @property
     def head_depth(self):
@@ -96,4 +98,4 @@ class Transformer(keras.Model):
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "num_layers": self.num_layers,
                 "d_model": self.d_model, "num_heads": self.num_heads, "dff": self.dff,
-                "dropout": self.dropout, "max_length": self.max_length}
+                "dropout": self.dropout, "max_length": self.max_length, "encoder_length": self.encoder_length}

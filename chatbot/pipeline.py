@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from chatbot.tokenizer import END_ID, START_ID
+from chatbot.tokenizer import END_ID, SEPARATOR_ID, START_ID, TONE_IDS
 
 # Sequence lengths at which a new bucket starts. Batches are padded to the bucket's boundary,
 # so a compiled train step sees only a handful of shapes.
-BUCKET_BOUNDARIES = (6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 36)
+BUCKET_BOUNDARIES = (6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 36, 40, 48, 56, 64, 80, 96, 112, 128)
 
 
 def add_start_end(ids: tf.RaggedTensor) -> tf.RaggedTensor:
@@ -24,10 +24,26 @@ def add_start_end(ids: tf.RaggedTensor) -> tf.RaggedTensor:
     return tf.concat([start, ids, end], axis=1)
 
 
-def encoder_inputs(question_ids: tf.RaggedTensor, max_length: int) -> tf.RaggedTensor:
-    """[start] question [end], cut to `max_length` keeping the end token."""
+def encoder_inputs(question_ids: tf.RaggedTensor, max_length: int, tones=None, context_ids=None,
+                   encoder_length: int | None = None) -> tf.RaggedTensor:
+    """`[start] tone question [end]`, then `<sep> answer` for each retrieved answer, cut to `encoder_length`.
+
+    The question is cut to `max_length` tokens with its end token kept; `tones` (batch,) int holds
+    0/1/2 or -1 for no tone token; `context_ids` (batch, k, None) holds the retrieved answers' ids,
+    each cut to `max_length - 1` so that its separator fits in `max_length`."""
     body = question_ids[:, : max_length - 2]
-    return add_start_end(body)
+    if tones is not None:
+        tones = tf.convert_to_tensor(tones, question_ids.dtype)
+        token = tf.gather(tf.constant(TONE_IDS, question_ids.dtype), tf.maximum(tones, 0))
+        tone = tf.ragged.boolean_mask(token[:, None], (tones >= 0)[:, None])
+        body = tf.concat([tone, body], axis=1)
+    ids = add_start_end(body)
+    if context_ids is not None:
+        answers = context_ids.merge_dims(0, 1)[:, : max_length - 1]  # (batch * k, None)
+        separated = tf.concat([tf.fill([answers.nrows(), 1], tf.constant(SEPARATOR_ID, ids.dtype)), answers], axis=1)
+        regrouped = tf.RaggedTensor.from_row_lengths(separated, context_ids.row_lengths())  # (batch, k, None)
+        ids = tf.concat([ids, regrouped.merge_dims(1, 2)], axis=1)
+    return ids[:, : encoder_length or max_length]
 
 
 def fits(answer_ids: tf.RaggedTensor, max_length: int) -> np.ndarray:
@@ -43,18 +59,22 @@ def bucketed_batch_count(lengths: np.ndarray, boundaries: list[int], batch_size:
 
 
 def make_dataset(question_ids: tf.RaggedTensor, answer_ids: tf.RaggedTensor, *, max_length: int,
-                 batch_size: int, shuffle: bool = True, seed: int = 42, bucketed: bool = True) -> tf.data.Dataset:
+                 batch_size: int, shuffle: bool = True, seed: int = 42, bucketed: bool = True,
+                 encoder_ids: tf.RaggedTensor | None = None) -> tf.data.Dataset:
     """Batches for `Transformer.fit`. Answers too long to end inside `max_length` are dropped
     (a truncated answer would teach the model replies that never end); questions are truncated.
+    `encoder_ids`, if given, are the composed encoder inputs (see `encoder_inputs`) and replace
+    `[start] question [end]`.
 
     With `bucketed=False` every batch is padded to `max_length`, the seed tutorial's way
     (kept for the throughput benchmark).
     """
     keep = fits(answer_ids, max_length)
-    question_ids = tf.ragged.boolean_mask(question_ids, keep)
-    answer_ids = tf.ragged.boolean_mask(answer_ids, keep)
-    encoder = encoder_inputs(question_ids, max_length)
-    decoder = add_start_end(answer_ids)
+    if encoder_ids is None:
+        encoder_ids = encoder_inputs(question_ids, max_length)
+    encoder = tf.ragged.boolean_mask(encoder_ids, keep)
+    decoder = add_start_end(tf.ragged.boolean_mask(answer_ids, keep))
+    longest = max(max_length, int(tf.reduce_max(encoder.row_lengths())) if encoder.nrows() else 0)
 
     # Each pair's bucket length: its longer side once shifted (encoder input or target), computed
     # once here and carried through the pipeline to bucket by and to count the batches with.
@@ -68,7 +88,7 @@ def make_dataset(question_ids: tf.RaggedTensor, answer_ids: tf.RaggedTensor, *, 
 
     dataset = dataset.map(teacher_forcing, num_parallel_calls=tf.data.AUTOTUNE)
     if bucketed:
-        boundaries = [b for b in BUCKET_BOUNDARIES if b < max_length] + [max_length + 1]
+        boundaries = [b for b in BUCKET_BOUNDARIES if b < longest] + [longest + 1]
         dataset = dataset.bucket_by_sequence_length(
             element_length_func=lambda inputs, targets, length: length,
             bucket_boundaries=boundaries,
@@ -80,6 +100,9 @@ def make_dataset(question_ids: tf.RaggedTensor, answer_ids: tf.RaggedTensor, *, 
         count = bucketed_batch_count(lengths.numpy(), boundaries, batch_size)
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
     else:
-        dataset = dataset.padded_batch(batch_size, padded_shapes=(([max_length], [max_length]), [max_length], []))
-    dataset = dataset.map(lambda inputs, targets, lengths: (inputs, targets))
+        dataset = dataset.padded_batch(batch_size, padded_shapes=(([longest], [max_length]), [max_length], []))
+    # A bucket pads every part to its boundary, which may pass max_length when the encoder reads
+    # retrieved answers: the decoder side is only padding beyond max_length, so it is cut there.
+    dataset = dataset.map(lambda inputs, targets, lengths: ((inputs[0], inputs[1][:, :max_length]),
+                                                            targets[:, :max_length]))
     return dataset.prefetch(tf.data.AUTOTUNE)

@@ -25,6 +25,8 @@ SEPARATOR = "<sep>"  # reserved for retrieval context on the encoder input
 TONE_TOKENS = ("<tone0>", "<tone1>", "<tone2>")  # reserved for label conditioning
 RESERVED_TOKENS = (SEPARATOR, *TONE_TOKENS)
 NUM_SPECIAL = 4 + len(RESERVED_TOKENS)  # ids below this never appear in replies
+SEPARATOR_ID = 4  # SentencePiece numbers user-defined symbols right after the four above
+TONE_IDS = (5, 6, 7)
 
 
 def normalize_tf(texts: tf.Tensor) -> tf.Tensor:

@@ -21,12 +21,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from chatbot.artifacts import HISTORY_FILE, METRICS_FILE, TOKENIZER_FILE, ArtifactError, save_model_dir
+from chatbot.artifacts import (HISTORY_FILE, INDEX_FILE, METRICS_FILE, TOKENIZER_FILE, ArtifactError,
+                               save_model_dir)
 from chatbot.config import ChatbotConfig, TokenizerConfig
 from chatbot.data import QAPair, split_by_question
 from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy, transformer_optimizer
 from chatbot.model import Transformer
-from chatbot.pipeline import fits, make_dataset
+from chatbot.pipeline import encoder_inputs, fits, make_dataset
+from chatbot.retrieval import NO_TONE, Retriever, index_hash, index_json
 from chatbot.tokenizer import Tokenizer
 
 STATE_CONFIG = "run.json"  # the settings an interrupted run was started with
@@ -59,7 +61,7 @@ def _best_so_far(history_path: Path | None, monitor: str, best=min) -> float | N
     return best(values) if values else None
 
 
-def _selection_callbacks(config: ChatbotConfig, model, tokenizer, val_pairs, best_path: Path,
+def _selection_callbacks(config: ChatbotConfig, model, tokenizer, retriever, val_pairs, best_path: Path,
                          history_path: Path | None) -> list:
     """The callbacks that keep the chosen epoch's weights at `best_path` (and stop early, if asked).
     They run before the CSV logger, so `val_chrf` lands in history.csv. Without validation pairs,
@@ -70,7 +72,7 @@ def _selection_callbacks(config: ChatbotConfig, model, tokenizer, val_pairs, bes
         from chatbot.generate import Chatbot
 
         monitor, mode = "val_select", "max"
-        chosen = [ReplyQualityCheckpoint(Chatbot(model, tokenizer, config), val_pairs, best_path,
+        chosen = [ReplyQualityCheckpoint(Chatbot(model, tokenizer, config, retriever=retriever), val_pairs, best_path,
                                          best=_best_so_far(history_path, monitor, max))]
     else:
         monitor, mode = ("val_loss" if val_pairs else "loss"), "min"
@@ -85,7 +87,7 @@ def _selection_callbacks(config: ChatbotConfig, model, tokenizer, val_pairs, bes
 def _prepare_state(state: Path, config: ChatbotConfig, train_pairs: list[QAPair], resume: bool) -> Tokenizer:
     """Start a new run directory, or check that a resumed one was started with the same settings."""
     settings = json.loads(json.dumps({k: v for k, v in dataclasses.asdict(config).items()
-                                      if k in ("model", "data", "train")}))  # as run.json will read back
+                                      if k in ("model", "context", "data", "train")}))  # as run.json will read back
     settings["train"].pop("epochs")  # a resumed run may ask for more epochs
     if resume:
         if not state.is_dir():
@@ -109,12 +111,46 @@ def _prepare_state(state: Path, config: ChatbotConfig, train_pairs: list[QAPair]
     return tokenizer
 
 
-def _dataset(tokenizer, pairs, config, shuffle):
+def _tones(pairs: list[QAPair], config: ChatbotConfig, dropout: float) -> list[int]:
+    """Each pair's tone for its encoder input: its label, or NO_TONE for a `dropout` share of them
+    (seeded), so the model also learns to answer when no tone is asked."""
+    if not config.context.tone:
+        return [NO_TONE] * len(pairs)
+    rng = random.Random(config.train.seed)
+    return [NO_TONE if p.label is None or rng.random() < dropout else p.label for p in pairs]
+
+
+def _dataset(tokenizer, pairs, config, shuffle, retriever=None, leave_one_out=False):
+    """Batches of `pairs`, their encoder inputs composed as decoding composes them (tone, retrieved
+    answers); training questions retrieve leave-one-out, so no pair sees its own answer."""
     questions = tokenizer.tokenize([p.question for p in pairs])
     answers = tokenizer.tokenize([p.answer for p in pairs])
-    dataset = make_dataset(questions, answers, max_length=config.model.max_length,
-                           batch_size=config.train.batch_size, shuffle=shuffle, seed=config.train.seed)
+    k = config.context.retrieved
+    tones = _tones(pairs, config, config.context.tone_dropout if shuffle else 1.0)
+    context = None
+    if k:
+        if leave_one_out:
+            found = retriever.leave_one_out(pairs, k, tones)
+        else:
+            found = [[a.decode("utf-8") for a in row] for row in
+                     retriever.nearest([p.question for p in pairs], k, tones).numpy()]
+        context = tf.RaggedTensor.from_uniform_row_length(tokenizer.tokenize([a for row in found for a in row]),
+                                                          len(found[0]))
+    encoder = encoder_inputs(questions, config.model.max_length, tones if config.context.tone else None, context,
+                             config.model.encoder_length)
+    dataset = make_dataset(questions, answers, max_length=config.model.max_length, batch_size=config.train.batch_size,
+                           shuffle=shuffle, seed=config.train.seed, encoder_ids=encoder)
     return dataset, int((~fits(answers, config.model.max_length)).sum())
+
+
+def context_for(config: ChatbotConfig, pairs: list[QAPair]) -> ChatbotConfig:
+    """The config with what the encoder reads settled by the data: tones only if the data has labels,
+    and room in the encoder for the tone token and the retrieved answers."""
+    context = dataclasses.replace(config.context, tone=config.context.tone and any(p.label is not None for p in pairs))
+    extra = config.model.max_length * context.retrieved + int(context.tone)
+    encoder_length = config.model.max_length + extra if extra else 0
+    return dataclasses.replace(config, context=context,
+                               model=dataclasses.replace(config.model, encoder_length=encoder_length))
 
 
 def seed_generators(seed: int) -> None:
@@ -135,6 +171,7 @@ def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, re
     if out_dir.exists() and not overwrite:
         raise ArtifactError(f"{out_dir} already exists; choose another --out or pass --overwrite")
     seed_generators(config.train.seed)
+    config = context_for(config, pairs)
     train_pairs, val_pairs = split_by_question(pairs, config.data.val_fraction, config.data.seed)
     state = state_dir_for(out_dir)
     tokenizer = _prepare_state(state, config, train_pairs, resume)
@@ -143,11 +180,17 @@ def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, re
         model=dataclasses.replace(config.model, vocab_size=tokenizer.vocab_size),
         tokenizer=TokenizerConfig(config.tokenizer.vocab_size, tokenizer.vocab_hash))
 
-    train_data, too_long = _dataset(tokenizer, train_pairs, config, shuffle=True)
-    val_data = _dataset(tokenizer, val_pairs, config, shuffle=False)[0] if val_pairs else None
+    # Training and validation questions retrieve from the training pairs only; the saved index holds all.
+    retriever = Retriever(train_pairs) if config.context.retrieved else None
+    train_data, too_long = _dataset(tokenizer, train_pairs, config, True, retriever, leave_one_out=True)
+    val_data = _dataset(tokenizer, val_pairs, config, False, retriever)[0] if val_pairs else None
     log(f"split: {len(train_pairs)} train / {len(val_pairs)} validation pairs (by question, seed "
         f"{config.data.seed}); vocabulary {tokenizer.vocab_size} pieces; "
         f"{too_long} training answers longer than {config.model.max_length} tokens skipped")
+    if config.context.retrieved or config.context.tone:
+        log(f"encoder input: the question{', its tone' if config.context.tone else ''}"
+            f"{f' and the answers of the {config.context.retrieved} nearest training questions' if config.context.retrieved else ''}"
+            f" (up to {config.model.encoder_length} tokens)")
 
     gpu = has_gpu()
     mixed = gpu if config.train.mixed_precision is None else config.train.mixed_precision
@@ -167,8 +210,8 @@ def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, re
     history_path = state / HISTORY_FILE
     all_callbacks = [
         keras.callbacks.BackupAndRestore(str(state / "backup"), double_checkpoint=True, delete_checkpoint=False),
-        *_selection_callbacks(config, model, tokenizer, val_pairs if val_data is not None else [], best_path,
-                              history_path if resume else None),
+        *_selection_callbacks(config, model, tokenizer, retriever, val_pairs if val_data is not None else [],
+                              best_path, history_path if resume else None),
         keras.callbacks.CSVLogger(str(history_path), append=resume),
         keras.callbacks.TensorBoard(str(state / "logs")),
         keras.callbacks.TerminateOnNaN(),
@@ -185,6 +228,10 @@ def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, re
     metrics = _evaluate(inference_model, val_data)
     log("validation: " + (", ".join(f"{k} {v:.4f}" for k, v in metrics.items()) if metrics else "no held-out pairs"))
     extra = {METRICS_FILE: json.dumps(metrics, indent=2).encode()}
+    if config.context.retrieved:
+        extra[INDEX_FILE] = index_json(train_pairs + val_pairs)
+        config = dataclasses.replace(config, context=dataclasses.replace(config.context,
+                                                                         index_hash=index_hash(extra[INDEX_FILE])))
     if history_path.is_file():
         extra[HISTORY_FILE] = history_path.read_bytes()
     save_model_dir(out_dir, config, tokenizer, inference_model, extra, overwrite=overwrite)

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from chatbot.artifacts import (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE, ArtifactError, atomic_write_bytes,
+from chatbot.artifacts import (CONFIG_FILE, INDEX_FILE, MODEL_FILE, TOKENIZER_FILE, ArtifactError, atomic_write_bytes,
                                check_model_dir, load_model_dir, save_model_dir)
 
 
@@ -46,15 +46,28 @@ def test_a_corrupt_model_file_is_one_line_artifact_error(tiny_model_dir, tmp_pat
 
 
 def test_saving_replaces_only_when_asked_and_leaves_no_temporary(tiny_model_dir, tmp_path):
-    config, tokenizer, model = load_model_dir(tiny_model_dir)
-    out = save_model_dir(tmp_path / "saved", config, tokenizer, model, {"note.txt": b"hi"})
+    config, tokenizer, model, _ = load_model_dir(tiny_model_dir)
+    index = {INDEX_FILE: (tiny_model_dir / INDEX_FILE).read_bytes()}
+    out = save_model_dir(tmp_path / "saved", config, tokenizer, model, {**index, "note.txt": b"hi"})
     assert check_model_dir(out) == config and (out / "note.txt").read_bytes() == b"hi"
     before = (out / MODEL_FILE).read_bytes()
     with pytest.raises(ArtifactError, match="already exists"):
-        save_model_dir(out, config, tokenizer, model)
-    save_model_dir(out, config, tokenizer, model, overwrite=True)
+        save_model_dir(out, config, tokenizer, model, index)
+    save_model_dir(out, config, tokenizer, model, index, overwrite=True)
     assert (out / MODEL_FILE).stat().st_size == len(before)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["saved"]
+
+
+def test_a_missing_or_edited_retrieval_index_is_refused(tiny_model_dir, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_model_dir, copy)
+    index = (copy / INDEX_FILE).read_bytes()
+    (copy / INDEX_FILE).write_bytes(index.replace("반가워요".encode(), "싫어요".encode()))
+    with pytest.raises(ArtifactError, match="does not match the index hash"):
+        check_model_dir(copy)
+    (copy / INDEX_FILE).unlink()
+    with pytest.raises(ArtifactError, match=f"missing {INDEX_FILE}"):
+        check_model_dir(copy)
 
 
 def test_atomic_write_leaves_the_old_file_when_it_fails(tmp_path):

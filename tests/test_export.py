@@ -15,18 +15,24 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 model = tf.saved_model.load(sys.argv[1])
 questions = json.loads(sys.argv[2])
-replies = model.signatures["serving_default"](questions=tf.constant(questions))["replies"]
+plain = model.signatures["serving_default"](questions=tf.constant(questions))["replies"]
+sad = model.signatures["serve_with_tone"](questions=tf.constant(questions),
+                                          tones=tf.fill([len(questions)], 1))["replies"]
 assert "chatbot" not in sys.modules
-print(json.dumps([r.decode("utf-8") for r in replies.numpy()], ensure_ascii=False))
+print(json.dumps([[r.decode("utf-8") for r in replies.numpy()] for replies in (plain, sad)], ensure_ascii=False))
 """
 
 
 @pytest.mark.slow  # a TensorFlow subprocess
 def test_saved_model_answers_like_chatbot_without_the_package(tiny_bot, tiny_model_dir, tmp_path):
+    """Retrieval, the tone token and decoding all run inside the SavedModel."""
+    assert tiny_bot.config.context.retrieved and tiny_bot.has_tone
     out = export_saved_model(tiny_model_dir, tmp_path / "saved")
     questions = ["안녕하세요", *[q for q, _, _ in TINY_PAIRS[1:8]], "처음 보는 질문"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run([sys.executable, "-c", SERVE, str(out), json.dumps(questions)], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads(result.stdout.splitlines()[-1]) == [tiny_bot.reply(q, strategy="greedy") for q in questions]
+    plain, sad = json.loads(result.stdout.splitlines()[-1])
+    assert plain == [tiny_bot.reply(q, strategy="greedy") for q in questions]
+    assert sad == [tiny_bot.reply(q, tone="sad", strategy="greedy") for q in questions]

@@ -99,7 +99,7 @@ def test_mixed_precision_training_writes_a_float32_model(tmp_path, tiny_csv):
     pairs, _ = load_pairs(tiny_csv)
     out = train(pairs, tiny_config(epochs=1, mixed_precision=True), tmp_path / "mixed", verbose=0,
                 log=lambda *_: None)
-    _, _, model = load_model_dir(out)
+    _, _, model, _ = load_model_dir(out)
     assert model.dtype_policy.name == "float32"
 
 
