@@ -36,6 +36,7 @@ POLL_SECONDS = 0.5  # how often the retrain tab refreshes its progress
 EXAMPLES = ["안녕하세요", "오늘 너무 피곤해", "헤어지고 밥이 안 넘어가", "표창 받았어", "주말에 뭐 하지?"]
 EMPTY_REPLY = "질문을 입력해 주세요. 무엇이든 편하게 물어보세요!"
 BUSY_MESSAGE = "다른 학습이 진행 중이에요. 그 학습이 끝난 뒤에 다시 시도해 주세요."
+TONE_CHOICES = [("지정 안 함", ""), ("일상", "everyday"), ("위로", "sad"), ("설렘", "love")]
 SIZE_CHOICES = [("아주 작게 (시험용, 몇 초)", "tiny"), ("작게 (CPU에서 몇 분)", "small"), ("기본 (설계값, GPU 권장)", "base")]
 LAUNCH_OPTIONS = {"max_file_size": MAX_UPLOAD_BYTES}  # pass to demo.launch(); the handlers check sizes too
 
@@ -101,29 +102,32 @@ class ChatApp:
             bot = self.shelf.get(name)
         except (ArtifactError, OSError, ValueError) as error:
             raise gr.Error(f"모델을 불러오지 못했어요: {html.escape(str(error))}") from None  # shown as HTML
+        options = dict(options or {})
         try:
-            bot.options(**(options or {}))
+            bot.tone_ids(options.pop("tone", None), 1)
+            bot.options(**options)
         except ValueError as error:
             raise settings_error(error) from None
         return bot
 
-    def chat(self, message: str, model: str = "", **decoding) -> str:
+    def chat(self, message: str, model: str = "", tone: str = "", **decoding) -> str:
         """Answer one question with the chosen model and decoding settings; returns the reply as plain text.
-        An empty `model` means the model the app started with; a missing or negative `seed` draws a random one."""
+        An empty `model` means the model the app started with; `tone` is everyday, sad, love or "" (none);
+        a missing or negative `seed` draws a random one."""
         question = question_of(message)
         if not question:
             return EMPTY_REPLY
-        options = decoding_options(decoding)
+        options = {**decoding_options(decoding), "tone": tone or None}
         return self.model(model, options).reply(question, **options)
 
-    def respond(self, message, history, model_name, *settings):
+    def respond(self, message, history, model_name, tone, *settings):
         """Stream the reply into the chat, token by token. `settings` are the decoding options in
         DECODING_OPTIONS order. Yields (history, cleared textbox, last exchange)."""
         question, history = question_of(message), list(history or [])
         if not question:
             yield [*history, {"role": "assistant", "content": EMPTY_REPLY}], "", gr.skip()
             return
-        options = decoding_options(dict(zip(DECODING_OPTIONS, settings)))
+        options = {**decoding_options(dict(zip(DECODING_OPTIONS, settings))), "tone": tone or None}
         history += [{"role": "user", "content": as_text(question)}, {"role": "assistant", "content": ""}]
         reply = ""
         for reply in self.model(model_name, options).stream(question, **options):
@@ -217,6 +221,7 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT) -> gr.Blocks:
                                              allow_custom_value=True)  # ModelShelf.get is the guard
                         refresh = gr.Button("새로고침", scale=1, min_width=80)
                     info = gr.Markdown(model_summary(ui.shelf.startup_name, bot))
+                    tone = gr.Radio(TONE_CHOICES, value="", label="말투 (라벨로 학습한 모델)", elem_id="tone")
                     settings = settings_panel()
         with gr.Tab("어텐션"):
             gr.Markdown("답변의 각 토큰이 질문의 어느 토큰을 보았는지 (인코더-디코더 어텐션). "
@@ -241,7 +246,7 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT) -> gr.Blocks:
             training_log = gr.Textbox(label="학습 진행", lines=12, interactive=False)
 
         for trigger in (message.submit, send.click):
-            trigger(ui.respond, [message, chatbot, picker, *settings], [chatbot, message, last_exchange],
+            trigger(ui.respond, [message, chatbot, picker, tone, *settings], [chatbot, message, last_exchange],
                     api_visibility="private", **chat_limits)
         picker.change(ui.select_model, picker, [info, layer, head], api_visibility="private", **chat_limits)
         refresh.click(ui.refresh_models, picker, picker, api_visibility="private")

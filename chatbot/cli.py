@@ -15,8 +15,9 @@ import typing
 from pathlib import Path
 
 from chatbot.artifacts import ArtifactError, check_model_dir, check_writable
-from chatbot.config import (MAX_QUESTION_CHARS, SELECTIONS, STRATEGIES, ChatbotConfig, DataConfig, GenerationConfig,
-                            ModelConfig, TokenizerConfig, TrainConfig, __version__)
+from chatbot.config import (MAX_QUESTION_CHARS, MAX_RETRIEVED, SELECTIONS, STRATEGIES, TONES, ChatbotConfig,
+                            ContextConfig, DataConfig, GenerationConfig, ModelConfig, TokenizerConfig, TrainConfig,
+                            __version__)
 from chatbot.data import DataError
 from chatbot.download import DownloadError, download_chatbot_data
 
@@ -45,8 +46,10 @@ def check_question(text: str) -> str:
 
 
 def _add_decoding_flags(parser: argparse.ArgumentParser) -> None:
-    """A flag per GenerationConfig field: --max-new-tokens for max_new_tokens, and so on."""
+    """A flag per GenerationConfig field: --max-new-tokens for max_new_tokens, and so on; and --tone."""
     group = parser.add_argument_group("decoding")
+    group.add_argument("--tone", choices=TONES, help="answer in this tone (for models trained on a label column: "
+                       "0 everyday, 1 sad, 2 love); default: none asked")
     types = typing.get_type_hints(GenerationConfig)
     for option in dataclasses.fields(GenerationConfig):
         kind = int if option.name == "seed" else types[option.name]
@@ -56,12 +59,13 @@ def _add_decoding_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _decoding(args) -> dict:
+    """The keyword arguments of `Chatbot.reply`: the decoding options, checked, and the tone."""
     decoding = {option.name: getattr(args, option.name) for option in dataclasses.fields(GenerationConfig)}
     try:
         GenerationConfig(**decoding)
     except ValueError as error:
         raise UserError(str(error)) from None
-    return decoding
+    return {**decoding, "tone": args.tone}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,6 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where the warmup schedule peaks (default: %(default)s; unset: the paper's "
                             "d_model^-0.5 * warmup^-0.5)")
     train.add_argument("--label-smoothing", type=float, default=t.label_smoothing)
+    c = ContextConfig()
+    train.add_argument("--retrieved", type=int, default=c.retrieved, metavar="K",
+                       help=f"answers of the K nearest training questions the model reads after the question "
+                            f"(0-{MAX_RETRIEVED}; 0: the question alone; default: %(default)s)")
+    train.add_argument("--no-tone", dest="tone", action="store_false",
+                       help="ignore the label column (by default it becomes a tone the model learns and `chat "
+                            "--tone` asks for)")
     train.add_argument("--val-fraction", type=float, default=DataConfig().val_fraction,
                        help="share of questions held out for validation")
     train.add_argument("--seed", type=int, default=t.seed)
@@ -151,6 +162,7 @@ def run_train(args) -> None:
             model=ModelConfig(num_layers=args.num_layers, d_model=args.d_model, num_heads=args.num_heads,
                               dff=args.dff, dropout=args.dropout, max_length=args.max_length),
             tokenizer=TokenizerConfig(vocab_size=args.vocab_size),
+            context=ContextConfig(retrieved=args.retrieved, tone=args.tone),
             data=DataConfig(paths=tuple(map(str, args.data)), val_fraction=args.val_fraction, seed=args.seed),
             train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, warmup_steps=args.warmup_steps,
                               peak_learning_rate=args.peak_learning_rate, select=args.select,

@@ -43,9 +43,10 @@ def clip_question(text: str | None, max_chars: int) -> tuple[str, str]:
 
 def model_summary(name: str, bot) -> str:
     """One line of Markdown about a loaded model, for the picker."""
-    model = bot.config.model
+    model, context = bot.config.model, bot.config.context
+    extras = (f" · 검색한 답 {context.retrieved}개 참고" if context.retrieved else "") + (" · 말투 선택 가능" if context.tone else "")
     return (f"**{html.escape(name or Path(str(bot.path)).name)}** · 층 {model.num_layers} · d_model {model.d_model} · "
-            f"헤드 {model.num_heads} · 어휘 {model.vocab_size:,}개 · 최대 {model.max_length} 토큰")
+            f"헤드 {model.num_heads} · 어휘 {model.vocab_size:,}개 · 최대 {model.max_length} 토큰{extras}")
 
 
 class ModelShelf:
@@ -217,13 +218,14 @@ class BackgroundTrainer:
 def typed_chat_function(chat, doc: str | None = None):
     """`chat(message, model="", **decoding)` as a plain function with one typed parameter per
     GenerationConfig field, in field order, which is what an API layer (Gradio's `gr.api`) reads:
-    `(message, <GenerationConfig fields>, model)`."""
+    `(message, <GenerationConfig fields>, model, tone)`."""
     kind, types = inspect.Parameter.POSITIONAL_OR_KEYWORD, typing.get_type_hints(GenerationConfig)
     defaults = GenerationConfig()
     parameters = [inspect.Parameter("message", kind, annotation=str),
                   *(inspect.Parameter(f.name, kind, default=getattr(defaults, f.name), annotation=types[f.name])
                     for f in dataclasses.fields(GenerationConfig)),
-                  inspect.Parameter("model", kind, default="", annotation=str)]
+                  inspect.Parameter("model", kind, default="", annotation=str),
+                  inspect.Parameter("tone", kind, default="", annotation=str)]
     signature = inspect.Signature(parameters, return_annotation=str)
 
     def typed_chat(*args, **kwargs):
