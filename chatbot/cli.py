@@ -162,7 +162,7 @@ def run_train(args) -> None:
     if args.vocab_size < 16:
         raise UserError("--vocab-size must be at least 16")
     out = Path(args.out)
-    if out.exists() and not args.overwrite:
+    if out.exists() and not args.overwrite and not args.resume:  # a resume may find its run had saved `out`
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
     check_writable(out)
     from chatbot.datasets import load_sources
