@@ -174,7 +174,7 @@ def run_train(args) -> None:
     if args.vocab_size < 16:
         raise UserError("--vocab-size must be at least 16")
     out = Path(args.out)
-    if out.exists() and not args.overwrite:
+    if out.exists() and not args.overwrite and not args.resume:  # a resume may find its run had saved `out`
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
     check_writable(out)
     from chatbot.datasets import load_sources
@@ -195,15 +195,39 @@ def run_chat(args) -> None:
     if args.question is not None:
         check_question(args.question)
     check_model_dir(args.model)
-    from chatbot.generate import Chatbot
-
-    bot = Chatbot.load(args.model)
+    if args.question is None and not sys.stdin.isatty():
+        answer_lines(ModelOnFirstUse(args.model, decoding), sys.stdin.buffer, decoding)
+        return
+    bot = load_for_chat(args.model, decoding)
     if args.question is not None:
         print(bot.reply(args.question, **decoding))
-    elif sys.stdin.isatty():
-        chat_interactively(bot, args.model, decoding)
     else:
-        answer_lines(bot, sys.stdin.buffer, decoding)
+        chat_interactively(bot, args.model, decoding)
+
+
+def load_for_chat(model: str, decoding: dict):
+    """The model, with the decoding options that depend on it checked (no_repeat_ngram_size vs its max_length)."""
+    from chatbot.generate import Chatbot
+
+    bot = Chatbot.load(model)
+    try:
+        bot.options(**decoding)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    return bot
+
+
+class ModelOnFirstUse:
+    """Loads the model for the first line that needs a reply: piped lines that are all refused (one
+    1 MB line) are answered at once, without waiting seconds for TensorFlow."""
+
+    def __init__(self, model: str, decoding: dict):
+        self.model, self.decoding, self.bot = model, decoding, None
+
+    def reply(self, text: str, **decoding) -> str:
+        if self.bot is None:
+            self.bot = load_for_chat(self.model, self.decoding)
+        return self.bot.reply(text, **decoding)
 
 
 def chat_interactively(bot, model, decoding: dict) -> None:
@@ -229,15 +253,17 @@ def answer_lines(bot, lines, decoding: dict) -> None:
     for number, raw in enumerate(lines, start=1):
         try:
             line = raw.decode("utf-8").rstrip("\r\n")
-            reply = bot.reply(check_question(line), **decoding) if line.strip() else ""
+            question = check_question(line) if line.strip() else ""
         except (UnicodeDecodeError, UserError) as error:
             reason = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else str(error)
             print(f"skipped line {number}: {reason}", file=sys.stderr, flush=True)
-            skipped.append(number)
-            reply = ""
-        print(reply, flush=True)
+            skipped.append((number, reason))
+            question = ""
+        print(bot.reply(question, **decoding) if question else "", flush=True)  # a model's error ends the batch
+    if len(skipped) == 1:  # the error line says why on its own (a lone piped line, like a 1 MB one)
+        raise UserError(f"1 line(s) were not answered (line {skipped[0][0]}: {skipped[0][1]})")
     if skipped:
-        shown = ", ".join(map(str, skipped[:5])) + (", ..." if len(skipped) > 5 else "")
+        shown = ", ".join(str(number) for number, _ in skipped[:5]) + (", ..." if len(skipped) > 5 else "")
         raise UserError(f"{len(skipped)} line(s) were not answered (line {shown}; see above)")
 
 

@@ -111,7 +111,8 @@ class TopKTopPSampler(Sampler):
         kth = tf.gather(ordered, k - 1, axis=-1)[:, None]
         probs = tf.nn.softmax(ordered, axis=-1)
         before = tf.cumsum(probs, axis=-1, exclusive=True)  # mass of strictly more likely tokens
-        kept = tf.reduce_sum(tf.cast(before < options.top_p, tf.int32), axis=-1)  # >= 1
+        # At least the likeliest token: a top_p the config accepts (1e-170 > 0) can round to 0.0 in float32.
+        kept = tf.maximum(tf.reduce_sum(tf.cast(before < options.top_p, tf.int32), axis=-1), 1)
         pth = tf.gather(ordered, kept - 1, axis=-1, batch_dims=1)[:, None]
         logits = tf.where((logits >= kth) & (logits >= pth), logits, NEG_INF)
         seed = tf.stack([options.seed, tf.cast(step, tf.int32)])

@@ -2,8 +2,9 @@
 
 Owns: one `train()` that turns clean pairs and a `ChatbotConfig` into a model directory.
 State of an unfinished run (tokenizer, backups, best weights, logs) lives in `<out>.training/`
-beside the output, so `resume=True` continues a killed run from its last completed epoch,
-optimizer included. Mixed precision and XLA are on by default when a GPU is present.
+beside the output (see `chatbot.runstate`), so `resume=True` continues a killed or crashed run
+from its last completed epoch, optimizer included. Mixed precision and XLA are on by default
+when a GPU is present.
 Must not decode text.
 """
 
@@ -14,14 +15,13 @@ import dataclasses
 import json
 import math
 import random
-import shutil
 from pathlib import Path
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from chatbot.artifacts import (HISTORY_FILE, INDEX_FILE, METRICS_FILE, TOKENIZER_FILE, ArtifactError,
+from chatbot.artifacts import (HISTORY_FILE, INDEX_FILE, METRICS_FILE, ArtifactError, discard_dir, kill_point,
                                save_model_dir)
 from chatbot.config import ChatbotConfig, TokenizerConfig
 from chatbot.data import QAPair, split_by_question
@@ -29,14 +29,9 @@ from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy, transformer
 from chatbot.model import Transformer
 from chatbot.pipeline import encoder_inputs, fits, make_dataset
 from chatbot.retrieval import NO_TONE, Retriever, index_hash, index_json
+from chatbot.runstate import (BACKUP_DIR, EpochBackup, PromoteFile, clear_leftovers, keep_history, note_crash,
+                              prepare_state, state_dir_for)
 from chatbot.tokenizer import Tokenizer
-
-STATE_CONFIG = "run.json"  # the settings an interrupted run was started with
-
-
-def state_dir_for(out_dir: str | Path) -> Path:
-    out_dir = Path(out_dir)
-    return out_dir.with_name(out_dir.name + ".training")
 
 
 def has_gpu() -> bool:
@@ -82,33 +77,6 @@ def _selection_callbacks(config: ChatbotConfig, model, tokenizer, retriever, val
     if patience:
         chosen.append(keras.callbacks.EarlyStopping(monitor, patience=patience, mode=mode))
     return chosen
-
-
-def _prepare_state(state: Path, config: ChatbotConfig, train_pairs: list[QAPair], resume: bool) -> Tokenizer:
-    """Start a new run directory, or check that a resumed one was started with the same settings."""
-    settings = json.loads(json.dumps({k: v for k, v in dataclasses.asdict(config).items()
-                                      if k in ("model", "context", "data", "train")}))  # as run.json will read back
-    settings["train"].pop("epochs")  # a resumed run may ask for more epochs
-    if resume:
-        if not state.is_dir():
-            raise ArtifactError(f"nothing to resume: {state} does not exist")
-        saved = json.loads((state / STATE_CONFIG).read_text(encoding="utf-8"))
-        if saved != settings:
-            changed = sorted(f"{section}.{key}" for section in settings for key in settings[section]
-                             if saved.get(section, {}).get(key) != settings[section][key])
-            raise ArtifactError(f"--resume with different settings than the interrupted run: {', '.join(changed)}")
-        return Tokenizer.load(state / TOKENIZER_FILE)
-    if state.exists():
-        raise ArtifactError(f"an interrupted run is in {state}: pass --resume to continue it, or delete that folder")
-    texts = [p.question for p in train_pairs] + [p.answer for p in train_pairs]
-    tokenizer = Tokenizer.train(texts, config.tokenizer.vocab_size)
-    temp = state.with_name(state.name + ".new")
-    shutil.rmtree(temp, ignore_errors=True)
-    temp.mkdir(parents=True)
-    tokenizer.save(temp / TOKENIZER_FILE)
-    (temp / STATE_CONFIG).write_text(json.dumps(settings, indent=2), encoding="utf-8")
-    temp.rename(state)
-    return tokenizer
 
 
 def _tones(pairs: list[QAPair], config: ChatbotConfig, dropout: float) -> list[int]:
@@ -168,13 +136,30 @@ def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, re
           overwrite: bool = False, callbacks=(), verbose: int | str = "auto", log=print) -> Path:
     """Train on `pairs` and write a model directory at `out_dir`. Returns its path."""
     out_dir = Path(out_dir)
+    if clear_leftovers(out_dir) and resume:
+        log(f"nothing to resume: {out_dir} had been saved (its run was killed while cleaning up)")
+        return out_dir
     if out_dir.exists() and not overwrite:
         raise ArtifactError(f"{out_dir} already exists; choose another --out or pass --overwrite")
     seed_generators(config.train.seed)
     config = context_for(config, pairs)
     train_pairs, val_pairs = split_by_question(pairs, config.data.val_fraction, config.data.seed)
     state = state_dir_for(out_dir)
-    tokenizer = _prepare_state(state, config, train_pairs, resume)
+    tokenizer = prepare_state(state, config, train_pairs, resume, log)
+    try:
+        return _fit_and_save(tokenizer, train_pairs, val_pairs, config, out_dir, overwrite=overwrite,
+                             callbacks=callbacks, verbose=verbose, log=log)
+    except Exception as error:  # a kill leaves no note; a crash does, so the next run can tell them apart
+        note_crash(state, error)
+        log(f"training stopped by {type(error).__name__}; the run is kept in {state}: pass --resume to continue "
+            f"it from its last completed epoch once the cause is fixed, or delete that folder to start over")
+        raise
+
+
+def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: list[QAPair], config: ChatbotConfig,
+                  out_dir: Path, *, overwrite: bool, callbacks, verbose, log) -> Path:
+    """The run itself, once its state directory is ready: fit from the last backup, save, clean up."""
+    state = state_dir_for(out_dir)
     config = dataclasses.replace(
         config,
         model=dataclasses.replace(config.model, vocab_size=tokenizer.vocab_size),
@@ -206,19 +191,24 @@ def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, re
                       metrics=[MaskedAccuracy()], jit_compile=xla)
         _build(model)
 
-    best_path = state / "best.weights.h5"
+    best_path, staged_best = state / "best.weights.h5", state / "best.staged.weights.h5"
     history_path = state / HISTORY_FILE
+    backup = EpochBackup(state / BACKUP_DIR)
+    with strategy.scope():
+        done = backup.restore(model)
+    keep_history(history_path, done)
     all_callbacks = [
-        keras.callbacks.BackupAndRestore(str(state / "backup"), double_checkpoint=True, delete_checkpoint=False),
-        *_selection_callbacks(config, model, tokenizer, retriever, val_pairs if val_data is not None else [],
-                              best_path, history_path if resume else None),
-        keras.callbacks.CSVLogger(str(history_path), append=resume),
+        *_selection_callbacks(config, model, tokenizer, retriever, val_pairs if val_data is not None else [], staged_best,
+                              history_path if done else None),
+        PromoteFile(staged_best, best_path),
+        keras.callbacks.CSVLogger(str(history_path), append=True),
+        backup,  # after the history row and the best weights: only then is the epoch done
         keras.callbacks.TensorBoard(str(state / "logs")),
         keras.callbacks.TerminateOnNaN(),
         *callbacks,
     ]
-    model.fit(train_data, validation_data=val_data, epochs=config.train.epochs, callbacks=all_callbacks,
-              verbose=verbose, shuffle=False)  # the dataset shuffles itself
+    model.fit(train_data, validation_data=val_data, epochs=config.train.epochs, initial_epoch=done,
+              callbacks=all_callbacks, verbose=verbose, shuffle=False)  # the dataset shuffles itself
 
     if best_path.is_file():
         model.load_weights(best_path)
@@ -234,9 +224,10 @@ def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, re
                                                                          index_hash=index_hash(extra[INDEX_FILE])))
     if history_path.is_file():
         extra[HISTORY_FILE] = history_path.read_bytes()
-    save_model_dir(out_dir, config, tokenizer, inference_model, extra, overwrite=overwrite)
-    shutil.copytree(state / "logs", out_dir / "logs", dirs_exist_ok=True)
-    shutil.rmtree(state, ignore_errors=True)
+    save_model_dir(out_dir, config, tokenizer, inference_model, extra, overwrite=overwrite,
+                   extra_dirs={"logs": state / "logs"})
+    kill_point("saved")
+    discard_dir(state)
     return out_dir
 
 

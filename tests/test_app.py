@@ -4,6 +4,8 @@ The workspace behind it (models, uploads, training) and the heatmaps have their 
 
 import re
 import shutil
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from gradio_client import Client, handle_file
 
 import app
 from chatbot.workspace import load_chatbot
-from conftest import launch_app
+from conftest import ROOT, launch_app
 
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
 QUESTIONS = ["안녕하세요", "배고파", "너무 피곤해", "비 온다", "헤어졌어", "외로워", "고백할까?", "잘 자"]
@@ -125,6 +127,29 @@ def test_sixteen_concurrent_clients_all_get_replies(url):
         replies = list(pool.map(ask, questions))
     assert len(replies) == 16
     assert all(HANGUL.search(reply) for reply in replies), replies
+
+
+def load_app(*args):
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "load_app.py"), *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+
+
+def test_the_load_test_has_help():
+    result = load_app("--help")
+    assert result.returncode == 0 and all(flag in result.stdout for flag in
+                                          ("--clients", "--questions", "--bad-every", "--model"))
+
+
+@pytest.mark.slow  # the app in a subprocess, under a small burst
+def test_a_burst_with_bad_requests_mixed_in_answers_every_valid_one(tiny_model_dir):
+    result = load_app("--clients", 4, "--questions", 3, "--bad-every", 2, "--model", tiny_model_dir)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    out = result.stdout
+    assert "sent 12 (6 valid, 6 invalid) from 4 clients x 3 requests" in out
+    assert "answered 7 (6 of 6 valid, 1 over-long questions clipped and answered)" in out
+    assert "refused 5 (5 invalid, 0 valid)" in out and "\nfailed 0 " in out
+    assert re.search(r"latency of answered valid requests: p50 [\d.]+ s, p95 [\d.]+ s, p99 [\d.]+ s", out)
+    assert "after the burst: answered" in out
 
 
 def test_attention_endpoint_draws_a_heatmap_of_the_reply(client):

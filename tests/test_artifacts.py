@@ -1,7 +1,10 @@
 """The model directory: complete or absent, checked before TensorFlow loads, one-line errors."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -76,3 +79,43 @@ def test_atomic_write_leaves_the_old_file_when_it_fails(tmp_path):
     with pytest.raises(TypeError):
         atomic_write_bytes(path, "not bytes")
     assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["file.txt"]
+
+
+# -- issue 14, item 8: what a kill leaves beside a model directory ------------------------------
+
+def dead_pid():
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()  # reaped: the pid names no process now
+    return process.pid
+
+
+def test_temporaries_of_killed_saves_are_removed_by_the_next_save(tiny_model_dir, tmp_path):
+    config, tokenizer, model = load_model_dir(tiny_model_dir)
+    dead = [tmp_path / ".saved.k3x9_q2a.tmp", tmp_path / f".saved.{dead_pid()}.0a1b2c3d.tmp"]  # old and new names
+    live = [tmp_path / f".saved.{os.getpid()}.0a1b2c3d.tmp", tmp_path / ".other.k3x9_q2a.tmp"]  # a save going on
+    for path in dead + live:
+        path.mkdir()
+        (path / MODEL_FILE).write_bytes(b"half a model")
+    save_model_dir(tmp_path / "saved", config, tokenizer, model)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["saved", *(p.name for p in live)])
+
+
+def test_a_kill_between_the_two_renames_of_an_overwrite_is_undone_by_the_next_load(tiny_model_dir, tmp_path):
+    out = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, tmp_path / ".model.old")  # the new one never got in place
+    assert check_model_dir(out) and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+    os.replace(out, tmp_path / ".model.old")
+    shutil.copytree(tiny_model_dir, tmp_path / ".model.new")  # complete before the swap began: it wins
+    (tmp_path / ".model.new" / "note.txt").write_text("new")
+    load_model_dir(out)
+    assert (out / "note.txt").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_a_save_over_a_model_clears_the_swap_leftovers_beside_it(tiny_model_dir, tmp_path):
+    config, tokenizer, model = load_model_dir(tiny_model_dir)
+    out = shutil.copytree(tiny_model_dir, tmp_path / "model")
+    for stale in (".model.old", ".model.new"):
+        shutil.copytree(tiny_model_dir, tmp_path / stale)
+    save_model_dir(out, config, tokenizer, model, {"note.txt": b"newest"}, overwrite=True)
+    assert (out / "note.txt").read_bytes() == b"newest" and sorted(p.name for p in tmp_path.iterdir()) == ["model"]

@@ -161,6 +161,11 @@ def test_chat_refuses_empty_and_over_long_questions(tiny_model_dir, capsys, ques
     assert_user_error(*main(capsys, "chat", "--model", tiny_model_dir, "-q", question)[::2], *words)
 
 
+def test_an_ngram_size_past_the_models_max_length_is_one_error_line(tiny_model_dir, capsys):
+    assert_user_error(*main(capsys, "chat", "--model", tiny_model_dir, "-q", "배고파", "--no-repeat-ngram-size",
+                            "17")[::2], "no_repeat_ngram_size", "max_length")
+
+
 def test_piped_lines_that_are_not_utf8_or_too_long_are_skipped_and_the_rest_answered(tiny_bot, capsys):
     import io
 
@@ -203,3 +208,11 @@ def test_a_model_directory_with_a_bad_config_is_refused(tiny_model_dir, tmp_path
     hostile = shutil.copytree(tiny_model_dir, tmp_path / "hostile")
     (hostile / "config.json").write_text(config_text, encoding="utf-8")
     assert_user_error(*main(capsys, "chat", "--model", hostile, "-q", "안녕")[::2], "config.json")
+
+
+@pytest.mark.slow  # a TensorFlow subprocess loading the full-size default model
+def test_a_one_megabyte_piped_line_ends_with_one_clear_error_line():
+    """Issue 14, item 4: a 10 MB line once ran for 11.5 minutes. (The time is measured in RELIABILITY.md.)"""
+    piped = run_cli("chat", "--model", ROOT / "models" / "default", stdin=b"a" * 1_000_000 + b"\n")
+    assert piped.stdout.decode().splitlines() == [""]
+    assert_user_error(piped.returncode, piped.stderr.decode(), "line 1", "too long", "1,000,000 characters")

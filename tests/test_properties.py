@@ -1,20 +1,24 @@
 """Property tests (hypothesis) for issue 14: over arbitrary Unicode and arbitrary option values, the
-text cleaner, the CSV loader and GenerationConfig give a result or their one clear error, never
-another exception. The default lane runs a few hundred examples; the slow lane ≥ 2,000 each."""
+text cleaner, the CSV loader, GenerationConfig, the tokenizer and `Chatbot.reply` give a result or
+their one clear error, never another exception. The default lane runs a few hundred examples (fifty
+for `Chatbot.reply`, whose new option combinations each compile a decoder); the slow lane ≥ 2,000 each."""
 
 import csv
 import io
+import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from chatbot.config import GenerationConfig
 from chatbot.data import DataError, QAPair, load_pairs
 from chatbot.text import normalize
+from conftest import TINY_PAIRS
 
 QUICK = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 THOROUGH = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+QUICK_REPLIES = settings(QUICK, max_examples=50)
 
 cells = st.text(max_size=30)
 tables = st.lists(st.lists(cells, min_size=0, max_size=4), max_size=8)
@@ -64,6 +68,51 @@ def check_generation_config(values):
 headers = st.one_of(st.just(["Q", "A", "label"]), st.just(["question", "answer"]), st.lists(cells, max_size=4))
 raw_tails = st.one_of(st.just(b""), st.binary(max_size=20))
 
+TRAINING_TEXTS = [q for q, _, _ in TINY_PAIRS] + [a for _, a, _ in TINY_PAIRS]
+# Text made only of characters the tokenizer has seen (and any whitespace), so nothing becomes <unk>.
+known_text = st.text(st.sampled_from(sorted(set("".join(TRAINING_TEXTS)) | set(" \t\n\u3000"))), max_size=60)
+# Around the 1,000-character cap, and well beyond it.
+long_text = st.builds(lambda piece, count: piece * count, st.text(min_size=1, max_size=3), st.integers(300, 1100))
+questions = st.one_of(st.text(), known_text, long_text)
+floats = st.one_of(st.floats(), st.floats(0, 3))
+# Values near and past every bound. Few valid (strategy, beam width, n-gram size) combinations, as each compiles.
+decoding = st.fixed_dictionaries({}, optional={
+    "strategy": st.sampled_from(["greedy", "beam", "sample", "nucleus", ""]),
+    "max_new_tokens": st.one_of(st.integers(-2, 50), st.integers(2**31 - 2, 2**40)),
+    "num_beams": st.sampled_from([-1, 0, 1, 2, 4, 8, 9, 99, 2**31]),
+    "length_penalty": floats, "temperature": floats, "top_p": floats, "repetition_penalty": floats,
+    "top_k": st.one_of(st.integers(-2, 100), st.integers(2**31 - 2, 2**40)),
+    "no_repeat_ngram_size": st.sampled_from([-1, 0, 1, 2, 3, 16, 17, 999]),
+    "seed": st.one_of(st.none(), st.integers(-(2**40), 2**40)),
+})
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from chatbot.tokenizer import Tokenizer
+
+    return Tokenizer.train(TRAINING_TEXTS, vocab_size=200)
+
+
+def check_tokenizer(tokenizer, text, ids):
+    assert isinstance(tokenizer.decode(tokenizer.encode([text]))[0], str)
+    assert isinstance(tokenizer.decode([[i % tokenizer.vocab_size for i in ids]])[0], str)
+
+
+def check_round_trip(tokenizer, text):
+    """Normalised text comes back exactly, except the space before . , ? ! that replies never show."""
+    assert tokenizer.decode(tokenizer.encode([text])) == [re.sub(r" +([.,?!])", r"\1", normalize(text))]
+
+
+def check_reply(bot, question, options):
+    try:
+        reply = bot.reply(question, **options)
+    except ValueError:
+        event("refused with a ValueError")
+        return
+    event("answered")
+    assert isinstance(reply, str)
+
 
 @QUICK
 @given(st.text())
@@ -81,6 +130,25 @@ def test_csv_loader_gives_pairs_or_a_data_error(tmp_path, header, rows, encoding
 @given(option_values)
 def test_generation_config_is_a_config_or_a_value_error(values):
     check_generation_config(values)
+
+
+@QUICK
+@given(text=st.text(), ids=st.lists(st.integers(0, 2**31 - 1), max_size=30))
+def test_tokenize_and_detokenize_never_raise_on_any_unicode_or_ids(tokenizer, text, ids):
+    check_tokenizer(tokenizer, text, ids)
+
+
+@QUICK
+@given(known_text)
+def test_tokenizer_round_trips_normalised_text(tokenizer, text):
+    check_round_trip(tokenizer, text)
+
+
+@QUICK_REPLIES
+@given(questions, decoding)
+@example("", {"strategy": "sample", "top_p": 3.973625367851203e-171})  # 0.0 in float32: once an InvalidArgumentError
+def test_reply_is_a_string_or_a_value_error_for_any_question_and_options(tiny_bot, question, options):
+    check_reply(tiny_bot, question, options)
 
 
 @pytest.mark.slow
@@ -102,3 +170,24 @@ def test_csv_loader_gives_pairs_or_a_data_error_thoroughly(tmp_path, header, row
 @given(option_values)
 def test_generation_config_is_a_config_or_a_value_error_thoroughly(values):
     check_generation_config(values)
+
+
+@pytest.mark.slow
+@THOROUGH
+@given(text=st.text(), ids=st.lists(st.integers(0, 2**31 - 1), max_size=30))
+def test_tokenize_and_detokenize_never_raise_on_any_unicode_or_ids_thoroughly(tokenizer, text, ids):
+    check_tokenizer(tokenizer, text, ids)
+
+
+@pytest.mark.slow
+@THOROUGH
+@given(known_text)
+def test_tokenizer_round_trips_normalised_text_thoroughly(tokenizer, text):
+    check_round_trip(tokenizer, text)
+
+
+@pytest.mark.slow
+@THOROUGH
+@given(questions, decoding)
+def test_reply_is_a_string_or_a_value_error_for_any_question_and_options_thoroughly(tiny_bot, question, options):
+    check_reply(tiny_bot, question, options)

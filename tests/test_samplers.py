@@ -64,6 +64,14 @@ def test_top_k_one_is_greedy_and_the_seed_fixes_the_draw():
     assert any(not np.array_equal(draw(7), draw(seed)) for seed in range(8))
 
 
+def test_a_top_p_that_rounds_to_zero_in_float32_still_picks_the_favourite():
+    """Found by the Chatbot.reply property test: top_p=4e-171 passed the config's check (> 0), became
+    0.0 as a float32 tensor, left no token to sample from, and the reply failed with an index of -1."""
+    logits = logits_of([NUM_SPECIAL + 2, NUM_SPECIAL + 5])
+    chosen = TopKTopPSampler().choose(logits, tf.constant(0), options(top_p=4e-171))
+    assert chosen.numpy().tolist() == [NUM_SPECIAL + 2, NUM_SPECIAL + 5]
+
+
 def test_beam_keeps_the_best_continuations_of_the_whole_group():
     # One question, two beams: beam 1 is far ahead, so both new beams continue it.
     log_probs = np.full((2, VOCAB), -10.0, np.float32)
