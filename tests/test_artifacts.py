@@ -90,7 +90,7 @@ def dead_pid():
 
 
 def test_temporaries_of_killed_saves_are_removed_by_the_next_save(tiny_model_dir, tmp_path):
-    config, tokenizer, model = load_model_dir(tiny_model_dir)
+    config, tokenizer, model, _ = load_model_dir(tiny_model_dir)
     dead = [tmp_path / ".saved.k3x9_q2a.tmp", tmp_path / f".saved.{dead_pid()}.0a1b2c3d.tmp"]  # old and new names
     live = [tmp_path / f".saved.{os.getpid()}.0a1b2c3d.tmp", tmp_path / ".other.k3x9_q2a.tmp"]  # a save going on
     for path in dead + live:
@@ -113,7 +113,7 @@ def test_a_kill_between_the_two_renames_of_an_overwrite_is_undone_by_the_next_lo
 
 
 def test_a_save_over_a_model_clears_the_swap_leftovers_beside_it(tiny_model_dir, tmp_path):
-    config, tokenizer, model = load_model_dir(tiny_model_dir)
+    config, tokenizer, model, _ = load_model_dir(tiny_model_dir)
     out = shutil.copytree(tiny_model_dir, tmp_path / "model")
     for stale in (".model.old", ".model.new"):
         shutil.copytree(tiny_model_dir, tmp_path / stale)
