@@ -70,13 +70,17 @@ class ContextConfig:
     retrieved: int = 2
     tone: bool = True  # a tone token from the label column, when the training data has labels
     tone_dropout: float = 0.2  # share of training questions shown without their tone, so asking none works
+    # Share of training questions whose own answer replaces one of their retrieved answers (Retrieve and
+    # Refine): without it the model is slow to learn that the candidates are worth reading.
+    gold_rate: float = 0.5
     index_hash: str = ""  # sha256 of retrieval.json, checked on load
 
     def __post_init__(self):
         if not 0 <= self.retrieved <= MAX_RETRIEVED:
             raise ValueError(f"retrieved must be between 0 and {MAX_RETRIEVED}, got {self.retrieved}")
-        if not 0.0 <= self.tone_dropout <= 1.0:
-            raise ValueError(f"tone_dropout must be in [0, 1], got {self.tone_dropout}")
+        for name in ("tone_dropout", "gold_rate"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
 
 
 MAX_RETRIEVED = 8

@@ -88,9 +88,23 @@ def _tones(pairs: list[QAPair], config: ChatbotConfig, dropout: float) -> list[i
     return [NO_TONE if p.label is None or rng.random() < dropout else p.label for p in pairs]
 
 
+def _with_gold(pairs: list[QAPair], found: list[list[str]], config: ChatbotConfig) -> list[list[str]]:
+    """For a `gold_rate` share of the pairs (seeded), put the pair's own answer in a random slot of its
+    retrieved answers, unless it is already there."""
+    rng = random.Random(config.train.seed + 1)
+    mixed = []
+    for pair, answers in zip(pairs, found):
+        answers = list(answers)
+        if rng.random() < config.context.gold_rate and pair.answer not in answers:
+            answers[rng.randrange(len(answers))] = pair.answer
+        mixed.append(answers)
+    return mixed
+
+
 def _dataset(tokenizer, pairs, config, shuffle, retriever=None, leave_one_out=False):
     """Batches of `pairs`, their encoder inputs composed as decoding composes them (tone, retrieved
-    answers); training questions retrieve leave-one-out, so no pair sees its own answer."""
+    answers); training questions retrieve leave-one-out (no pair finds its own row), then a share of
+    them get their own answer among the candidates (`ContextConfig.gold_rate`)."""
     questions = tokenizer.tokenize([p.question for p in pairs])
     answers = tokenizer.tokenize([p.answer for p in pairs])
     k = config.context.retrieved
@@ -98,7 +112,7 @@ def _dataset(tokenizer, pairs, config, shuffle, retriever=None, leave_one_out=Fa
     context = None
     if k:
         if leave_one_out:
-            found = retriever.leave_one_out(pairs, k, tones)
+            found = _with_gold(pairs, retriever.leave_one_out(pairs, k, tones), config)
         else:
             found = [[a.decode("utf-8") for a in row] for row in
                      retriever.nearest([p.question for p in pairs], k, tones).numpy()]

@@ -109,3 +109,16 @@ def test_a_chatbot_reads_retrieved_answers_and_checks_the_tone(tiny_bot):
     for bad in ("angry", 3, -1, True):
         with pytest.raises(ValueError, match="tone must be"):
             tiny_bot.reply("배고파", tone=bad)
+
+
+def test_gold_answers_join_the_candidates_of_the_asked_share_of_training_pairs():
+    from chatbot.train import _with_gold
+
+    pairs = [QAPair(f"질문 {i}", f"답 {i}", None) for i in range(400)]
+    found = [["다른 답 a", "다른 답 b"] for _ in pairs]
+    for rate in (0.0, 0.5, 1.0):
+        config = ChatbotConfig(context=ContextConfig(gold_rate=rate))
+        mixed = _with_gold(pairs, found, config)
+        share = sum(p.answer in row for p, row in zip(pairs, mixed)) / len(pairs)
+        assert abs(share - rate) < 0.08 and all(len(row) == 2 for row in mixed)
+    assert _with_gold(pairs, found, config) == mixed  # seeded
