@@ -210,8 +210,10 @@ def load_for_chat(model: str, decoding: dict):
     from chatbot.generate import Chatbot
 
     bot = Chatbot.load(model)
+    options = dict(decoding)
     try:
-        bot.options(**decoding)
+        bot.tone_ids(options.pop("tone", None), 1)
+        bot.options(**options)
     except ValueError as error:
         raise UserError(str(error)) from None
     return bot

@@ -187,8 +187,9 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
         f"{config.data.seed}); vocabulary {tokenizer.vocab_size} pieces; "
         f"{too_long} training answers longer than {config.model.max_length} tokens skipped")
     if config.context.retrieved or config.context.tone:
-        log(f"encoder input: the question{', its tone' if config.context.tone else ''}"
-            f"{f' and the answers of the {config.context.retrieved} nearest training questions' if config.context.retrieved else ''}"
+        k = config.context.retrieved
+        retrieved = f" and the answer{'s' if k > 1 else ''} of the {k} nearest training question{'s' if k > 1 else ''}"
+        log(f"encoder input: the question{', its tone' if config.context.tone else ''}{retrieved if k else ''}"
             f" (up to {config.model.encoder_length} tokens)")
 
     gpu = has_gpu()

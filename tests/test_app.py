@@ -79,6 +79,12 @@ def test_beam_search_answers_in_korean(client):
     assert HANGUL.search(reply), reply
 
 
+def test_a_tone_is_asked_over_the_api_and_a_wrong_one_refused(client, tiny_bot):
+    assert client.predict("헤어졌어", tone="sad", api_name="/chat") == tiny_bot.reply("헤어졌어", tone="sad")
+    with pytest.raises(Exception, match="tone must be"):
+        client.predict("헤어졌어", tone="angry", api_name="/chat")
+
+
 def test_empty_question_is_answered_politely_and_a_long_one_still_answered(client):
     assert client.predict("   ", api_name="/chat") == app.EMPTY_REPLY
     assert HANGUL.search(client.predict("안녕하세요 " * 100, api_name="/chat"))
@@ -212,7 +218,7 @@ def test_training_adds_a_model_that_is_listed_and_answers(client, models_root, t
 
 def test_chat_streams_a_growing_reply_and_shows_text_not_html(bot, models_root):
     ui = app.ChatApp(bot, models_root)
-    updates = list(ui.respond("<b>배고파</b>", [], "tiny", *settings()))
+    updates = list(ui.respond("<b>배고파</b>", [], "tiny", "", *settings()))
     replies = [history[-1]["content"] for history, _, _ in updates]
     assert len(replies) > 2 and all(len(a) <= len(b) for a, b in zip(replies, replies[1:]))
     history, textbox, last_exchange = updates[-1]
