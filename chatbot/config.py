@@ -67,7 +67,7 @@ class ContextConfig:
     """What the encoder reads besides the question: `[start] tone question [end] (<sep> answer) * retrieved`."""
 
     # Answers of the nearest training questions (chatbot.retrieval), nearest first; 0: the question alone.
-    retrieved: int = 2
+    retrieved: int = 1
     tone: bool = True  # a tone token from the label column, when the training data has labels
     tone_dropout: float = 0.2  # share of training questions shown without their tone, so asking none works
     # Share of training questions whose own answer replaces one of their retrieved answers (Retrieve and

@@ -6,11 +6,11 @@ ChatbotData copy beside the checkout (`../shared`) is absent. Thresholds sit a l
 committed model measured (in each test's docstring), so a worse retrained model fails here.
 """
 
-import json
 from pathlib import Path
 
 import pytest
 
+from chatbot.config import ChatbotConfig
 from chatbot.data import load_pairs, split_by_question
 from chatbot.datasets import load_sources
 from topics import TOPIC_QUESTIONS, on_topic
@@ -32,12 +32,12 @@ def default_bot():
 
 @pytest.fixture(scope="module")
 def training_files():
-    config = json.loads((DEFAULT_MODEL / "config.json").read_text(encoding="utf-8"))
-    paths = [ROOT / path for path in config["data"]["paths"]]
+    data = ChatbotConfig.read(DEFAULT_MODEL / "config.json").data
+    paths = [ROOT / path for path in data.paths]
     missing = [str(path) for path in paths if not path.is_file()]
     if missing:
         pytest.skip(f"training data not here: {', '.join(missing)}")
-    return load_sources([str(path) for path in paths], log=lambda *_: None), config["data"]
+    return load_sources([str(path) for path in paths], log=lambda *_: None), data
 
 
 def test_it_is_small_enough_to_keep_in_git():
@@ -72,7 +72,7 @@ def test_bundled_questions_get_their_answers(default_bot):
 def test_held_out_questions_get_varied_replies(default_bot, training_files):
     """The validation questions of its own training run: varied replies, not one sentence for all."""
     pairs, data = training_files
-    _, held_out = split_by_question(pairs, data["val_fraction"], data["seed"])
+    _, held_out = split_by_question(pairs, data.val_fraction, data.seed)
     replies = default_bot.reply_batch([p.question for p in held_out[:400]])
     assert len(set(replies)) / len(replies) >= 0.5
 
