@@ -68,6 +68,7 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
 
     from chatbot.data import load_pairs, split_by_question
     from chatbot.generate import Chatbot
+    from chatbot.retrieval import Retriever
     from chatbot.train import train
     from conftest import REPEATS, tiny_config
 
@@ -79,7 +80,8 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
         history = list(csv.DictReader(file))
     scores = [float(row["val_select"]) for row in history]
     assert len(scores) == 6 and all(row["val_chrf"] and row["val_unique"] for row in history)
-    _, val = split_by_question(pairs * REPEATS, 0.3, config.data.seed)
-    bot = Chatbot.load(out)
+    train_pairs, val = split_by_question(pairs * REPEATS, 0.3, config.data.seed)
+    saved = Chatbot.load(out)  # its index holds the validation pairs too; training retrieved from train_pairs
+    bot = Chatbot(saved.model, saved.tokenizer, saved.config, retriever=Retriever(train_pairs))
     kept = reply_metrics(bot.reply_batch([p.question for p in val]), [p.answer for p in val])
     assert selection_score(kept["chrf"], kept["unique_ratio"]) == pytest.approx(max(scores), abs=1e-6)
