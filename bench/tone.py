@@ -40,6 +40,8 @@ def main():
     data = ChatbotConfig.read(Path(args.model) / "config.json").data
     pairs = load_sources([str(ROOT / path) for path in data.paths], log=lambda *_: None)
     train, held_out = split_by_question(pairs, data.val_fraction, data.seed)
+    if bot.config.context.retrieved:  # the saved index holds the held-out pairs too: retrieve as training did
+        bot = Chatbot(bot.model, bot.tokenizer, bot.config, retriever=Retriever(train))
     questions = [p.question for p in held_out[: args.questions]]
     labelled = [p for p in train if p.label is not None]
     # An index over the answers: "questions" are the training answers, each "answer" slot holds its label.
