@@ -80,6 +80,45 @@ def test_a_corrupt_model_is_a_user_error_too(tmp_path, capsys, tiny_model_dir):
                       "cannot load the model")
 
 
+def _edit_config(directory, **sections):
+    import json
+
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    for section, values in sections.items():
+        config[section] = values if not isinstance(config.get(section), dict) else {**config[section], **values}
+    (directory / "config.json").write_text(json.dumps(config), encoding="utf-8")
+
+
+HOSTILE_MODELS = {  # issue 14, item 6: model directories that must give one error line, never a traceback
+    "model.keras a folder": lambda m: ((m / "model.keras").unlink(), (m / "model.keras").mkdir()),
+    "model.keras empty": lambda m: (m / "model.keras").write_bytes(b""),
+    "model.keras a zip of nothing": lambda m: (m / "model.keras").write_bytes(b"PK\x05\x06" + bytes(18)),
+    "tokenizer.model garbage": lambda m: (m / "tokenizer.model").write_bytes(b"\x00" * 64),
+    "tokenizer.model a folder": lambda m: ((m / "tokenizer.model").unlink(), (m / "tokenizer.model").mkdir()),
+    "config.json a list": lambda m: (m / "config.json").write_text("[]"),
+    "config.json not UTF-8": lambda m: (m / "config.json").write_bytes(b"\xff\xfe{"),
+    "negative vocabulary": lambda m: _edit_config(m, model={"vocab_size": -5}),
+    "heads not dividing d_model": lambda m: _edit_config(m, model={"num_heads": 7}),
+    "other package version": lambda m: _edit_config(m, version="9.9.0"),
+    "seed out of range": lambda m: _edit_config(m, train={"seed": 2**40}),
+    "retrieval index edited": lambda m: (m / "retrieval.json").write_text('{"pairs": []}'),
+    "retrieval index missing": lambda m: (m / "retrieval.json").unlink(),
+    "retrieved count out of range": lambda m: _edit_config(m, context={"retrieved": 99}),
+    "tone dropout not a number": lambda m: _edit_config(m, context={"tone_dropout": "lots"}),
+}
+
+
+@pytest.mark.parametrize("damage", HOSTILE_MODELS, ids=list(HOSTILE_MODELS))
+def test_a_hostile_model_directory_is_one_error_line(tmp_path, capsys, tiny_model_dir, damage):
+    import shutil
+
+    model = shutil.copytree(tiny_model_dir, tmp_path / "hostile")
+    HOSTILE_MODELS[damage](model)
+    status, out, err = main(capsys, "chat", "--model", model, "-q", "안녕")
+    assert_user_error(status, err)
+    assert not out
+
+
 def test_chat_one_shot(tiny_model_dir, capsys):
     status, out, _ = main(capsys, "chat", "--model", tiny_model_dir, "--question", "배고파")
     assert status == 0 and out.strip() == "맛있는 거 드세요."
