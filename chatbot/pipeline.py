@@ -58,13 +58,19 @@ def bucketed_batch_count(lengths: np.ndarray, boundaries: list[int], batch_size:
     return int(sum(-(-count // batch_size) for count in per_bucket))
 
 
+def _even_rows(batch, replicas: int):
+    """The first rows of every tensor in `batch`, as many as divide evenly among `replicas`."""
+    rows = tf.shape(batch[1])[0]
+    return tf.nest.map_structure(lambda t: t[: rows - rows % replicas], batch)
+
+
 def make_dataset(question_ids: tf.RaggedTensor, answer_ids: tf.RaggedTensor, *, max_length: int,
                  batch_size: int, shuffle: bool = True, seed: int = 42, bucketed: bool = True,
-                 encoder_ids: tf.RaggedTensor | None = None) -> tf.data.Dataset:
+                 encoder_ids: tf.RaggedTensor | None = None, replicas: int = 1) -> tf.data.Dataset:
     """Batches for `Transformer.fit`. Answers too long to end inside `max_length` are dropped
     (a truncated answer would teach the model replies that never end); questions are truncated.
     `encoder_ids`, if given, are the composed encoder inputs (see `encoder_inputs`) and replace
-    `[start] question [end]`.
+    `[start] question [end]`. With `replicas` > 1, each batch keeps a multiple of `replicas` rows.
 
     With `bucketed=False` every batch is padded to `max_length`, the seed tutorial's way
     (kept for the throughput benchmark).
@@ -97,8 +103,12 @@ def make_dataset(question_ids: tf.RaggedTensor, answer_ids: tf.RaggedTensor, *, 
         )
         # tf.data cannot know how many batches bucketing makes; telling it gives the first epoch a
         # real progress bar (not "Unknown") and spares Keras' "input ran out of data" warning.
-        count = bucketed_batch_count(lengths.numpy(), boundaries, batch_size)
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
+        if replicas > 1:  # MirroredStrategy fails on a batch it cannot split evenly: trim the partial ones
+            dataset = dataset.map(lambda inputs, targets, length: _even_rows((inputs, targets, length), replicas))
+            dataset = dataset.filter(lambda inputs, targets, length: tf.shape(targets)[0] > 0)
+        else:
+            count = bucketed_batch_count(lengths.numpy(), boundaries, batch_size)
+            dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
     else:
         dataset = dataset.padded_batch(batch_size, padded_shapes=(([longest], [max_length]), [max_length], []))
     # A bucket pads every part to its boundary, which may pass max_length when the encoder reads

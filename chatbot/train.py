@@ -101,7 +101,7 @@ def _with_gold(pairs: list[QAPair], found: list[list[str]], config: ChatbotConfi
     return mixed
 
 
-def _dataset(tokenizer, pairs, config, shuffle, retriever=None, leave_one_out=False):
+def _dataset(tokenizer, pairs, config, shuffle, retriever=None, leave_one_out=False, replicas=1):
     """Batches of `pairs`, their encoder inputs composed as decoding composes them (tone, retrieved
     answers); training questions retrieve leave-one-out (no pair finds its own row), then a share of
     them get their own answer among the candidates (`ContextConfig.gold_rate`)."""
@@ -121,7 +121,7 @@ def _dataset(tokenizer, pairs, config, shuffle, retriever=None, leave_one_out=Fa
     encoder = encoder_inputs(questions, config.model.max_length, tones if config.context.tone else None, context,
                              config.model.encoder_length)
     dataset = make_dataset(questions, answers, max_length=config.model.max_length, batch_size=config.train.batch_size,
-                           shuffle=shuffle, seed=config.train.seed, encoder_ids=encoder)
+                           shuffle=shuffle, seed=config.train.seed, encoder_ids=encoder, replicas=replicas)
     return dataset, int((~fits(answers, config.model.max_length)).sum())
 
 
@@ -181,8 +181,10 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
 
     # Training and validation questions retrieve from the training pairs only; the saved index holds all.
     retriever = Retriever(train_pairs) if config.context.retrieved else None
-    train_data, too_long = _dataset(tokenizer, train_pairs, config, True, retriever, leave_one_out=True)
-    val_data = _dataset(tokenizer, val_pairs, config, False, retriever)[0] if val_pairs else None
+    strategy = make_strategy(config.train.strategy)
+    replicas = strategy.num_replicas_in_sync
+    train_data, too_long = _dataset(tokenizer, train_pairs, config, True, retriever, True, replicas)
+    val_data = _dataset(tokenizer, val_pairs, config, False, retriever, replicas=replicas)[0] if val_pairs else None
     log(f"split: {len(train_pairs)} train / {len(val_pairs)} validation pairs (by question, seed "
         f"{config.data.seed}); vocabulary {tokenizer.vocab_size} pieces; "
         f"{too_long} training answers longer than {config.model.max_length} tokens skipped")
@@ -195,7 +197,6 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
     gpu = has_gpu()
     mixed = gpu if config.train.mixed_precision is None else config.train.mixed_precision
     xla = gpu if config.train.xla is None else config.train.xla
-    strategy = make_strategy(config.train.strategy)
     log(f"device: {'GPU' if gpu else 'CPU'}; mixed precision {'on' if mixed else 'off'}; XLA {'on' if xla else 'off'}; "
         f"{strategy.num_replicas_in_sync} replica(s)")
     with strategy.scope():
