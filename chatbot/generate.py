@@ -1,6 +1,7 @@
 """`Chatbot`: answering questions with a trained model, fast.
 
-Owns: cached, compiled decoding (the encoder runs once per request; each decoder step feeds one
+Owns: composing the encoder input (question, tone token, retrieved answers; see `chatbot.retrieval`),
+cached, compiled decoding (the encoder runs once per request; each decoder step feeds one
 token and reuses the key/value cache; the whole reply is one `tf.function` with a while loop) with
 one step function for every sampler, streaming, batches, attention maps, and the naive
 full-recompute greedy decoder kept as the test oracle. Must not touch Gradio.
