@@ -96,16 +96,14 @@ class ChatApp:
         self.trainer = BackgroundTrainer(self.shelf.root)
 
     def model(self, name: str | None, options: dict | None = None):
-        """The model picked by `name`; with decoding `options`, also checks the bounds that depend on
+        """The model picked by `name`; with `options` (decoding and tone), also checks the ones that depend on
         the model (no_repeat_ngram_size vs its max_length), so a bad request fails before decoding."""
         try:
             bot = self.shelf.get(name)
         except (ArtifactError, OSError, ValueError) as error:
             raise gr.Error(f"모델을 불러오지 못했어요: {html.escape(str(error))}") from None  # shown as HTML
-        options = dict(options or {})
         try:
-            bot.tone_ids(options.pop("tone", None), 1)
-            bot.options(**options)
+            bot.check(**(options or {}))
         except ValueError as error:
             raise settings_error(error) from None
         return bot

@@ -210,10 +210,8 @@ def load_for_chat(model: str, decoding: dict):
     from chatbot.generate import Chatbot
 
     bot = Chatbot.load(model)
-    options = dict(decoding)
     try:
-        bot.tone_ids(options.pop("tone", None), 1)
-        bot.options(**options)
+        bot.check(**decoding)
     except ValueError as error:
         raise UserError(str(error)) from None
     return bot

@@ -198,6 +198,12 @@ class Chatbot:
             tf.constant(settings.repetition_penalty, tf.float32), tf.constant(settings.length_penalty, tf.float32),
             tf.constant(seed))
 
+    def check(self, tone=None, **decoding) -> None:
+        """Raise ValueError for a tone or a decoding option this model refuses, before any decoding
+        (the CLI and the app call it once a model is picked)."""
+        self.tone_ids(tone, 0)
+        self.options(**decoding)
+
     def reply_ids(self, texts: list[str], tone=None, **decoding) -> np.ndarray:
         texts = check_questions(texts)
         tones = self.tone_ids(tone, len(texts))
@@ -207,8 +213,7 @@ class Chatbot:
     def reply_batch(self, texts: list[str], tone=None, **decoding) -> list[str]:
         """Replies to many questions at once; `tone`: None, or everyday/sad/love (or 0-2) for all of them."""
         if not check_questions(texts):
-            self.tone_ids(tone, 0)
-            self.options(**decoding)  # bad options are refused even with nothing to answer
+            self.check(tone, **decoding)  # a bad tone or option is refused even with nothing to answer
             return []
         return self.tokenizer.decode(_trim(self.reply_ids(texts, tone, **decoding)))
 
