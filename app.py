@@ -20,6 +20,7 @@ import gradio as gr
 from chatbot.artifacts import ArtifactError
 from chatbot.config import GenerationConfig
 from chatbot.plots import attention_figure, draw, korean_font
+from chatbot.serving import ReplyBatcher
 from chatbot.workspace import (BackgroundTrainer, ModelShelf, clip_question, load_chatbot, model_summary,
                                read_training_csv, training_config, typed_chat_function)
 
@@ -29,7 +30,8 @@ DEFAULT_MODEL = MODELS_ROOT / "default"
 
 MAX_QUESTION_CHARS = 200
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
-CHAT_CONCURRENCY = 4  # replies computed at once; the rest wait in the queue, in order
+CHAT_CONCURRENCY = 4  # streamed replies computed at once; the rest wait in the queue, in order
+API_CONCURRENCY = 32  # /chat requests taken at once: they are decoded together, in batches
 QUEUE_SIZE = 64
 POLL_SECONDS = 0.5  # how often the retrain tab refreshes its progress
 
@@ -94,6 +96,7 @@ class ChatApp:
     def __init__(self, bot, models_root: str | Path):
         self.shelf = ModelShelf(models_root, bot)
         self.trainer = BackgroundTrainer(self.shelf.root)
+        self.batcher = ReplyBatcher()
 
     def model(self, name: str | None, options: dict | None = None):
         """The model picked by `name`; with `options` (decoding and tone), also checks the ones that depend on
@@ -116,7 +119,7 @@ class ChatApp:
         if not question:
             return EMPTY_REPLY
         options = {**decoding_options(decoding), "tone": tone or None}
-        return self.model(model, options).reply(question, **options)
+        return self.batcher.reply(self.model(model, options), question, **options)
 
     def respond(self, message, history, model_name, tone, *settings):
         """Stream the reply into the chat, token by token. `settings` are the decoding options in
@@ -254,7 +257,8 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT) -> gr.Blocks:
         upload.upload(ui.check_csv, upload, report, api_name="check_data")
         start.click(ui.train, [upload, epochs, size], [training_log, picker], api_name="train",
                     concurrency_id="train", concurrency_limit=None)  # the trainer's lock turns a second one away
-        gr.api(typed_chat_function(ui.chat, ChatApp.chat.__doc__), api_name="chat", **chat_limits)
+        gr.api(typed_chat_function(ui.chat, ChatApp.chat.__doc__), api_name="chat", concurrency_id="api",
+               concurrency_limit=API_CONCURRENCY)
         gr.api(ui.models, api_name="models")
     demo.queue(default_concurrency_limit=CHAT_CONCURRENCY, max_size=QUEUE_SIZE)
     return demo

@@ -58,12 +58,16 @@ class CachedDecoder:
     export. One step function and one loop serve every sampler (see `chatbot.samplers.Sampler`).
     With a `retriever`, the encoder also reads the answers of the nearest training questions."""
 
-    def __init__(self, model, tokenizer: Tokenizer, context: ContextConfig = NO_CONTEXT, retriever=None):
+    def __init__(self, model, tokenizer: Tokenizer, context: ContextConfig = NO_CONTEXT, retriever=None,
+                 jit_compile: bool = True):
         self.model, self.tokenizer, self.context, self.retriever = model, tokenizer, context, retriever
         if context.retrieved and retriever is None:
             raise ValueError("this model reads retrieved answers: it needs its retrieval index")
         self.max_length = model.max_length
-        self._compiled = {}
+        self.jit_compile = jit_compile
+        encoder_length = model.encoder_length
+        self.length_buckets = tuple(b for b in (16, 32, 64, 128) if b < encoder_length) + (encoder_length,)
+        self._compiled, self._loops = {}, {}
 
     def step_limit(self, max_new_tokens: int) -> int:
         """How many tokens a reply may get: what was asked for, within the model's positions."""
@@ -84,8 +88,11 @@ class CachedDecoder:
                               context, self.model.encoder_length)
 
     def encode_texts(self, texts, tones=None):
-        """`encoder_ids` padded with 0: (batch, src_len)."""
-        return self.encoder_ids(texts, tones).to_tensor()
+        """`encoder_ids` padded with 0 to a length bucket (`length_buckets`): (batch, src_len). A few
+        lengths cover every question, so XLA compiles the decoding loop a few times, not per question."""
+        ids = self.encoder_ids(texts, tones).to_tensor()
+        width = tf.shape(ids)[1]
+        return tf.pad(ids, [[0, 0], [0, bucket(width, self.length_buckets) - width]])
 
     def start(self, encoder_ids, num_beams: int = 1) -> State:
         """The state before the first step; each question's row repeated `num_beams` times, only the
@@ -118,8 +125,26 @@ class CachedDecoder:
                               finished=state.finished | (chosen == END_ID), seen=seen, scores=scores)
 
     def decode(self, texts, options: Options, sampler: Sampler, no_repeat_ngram_size: int, tones=None):
-        """Strings (batch,) -> reply ids (batch, max_length), padded after the end token, in the graph."""
-        state = self.start(self.encode_texts(texts, tones), sampler.num_beams)
+        """Strings (batch,) -> reply ids (batch, max_length), padded after the end token, in the graph.
+        Tokenizing and retrieval run here; the encoder pass and the whole loop run in `loop`, compiled
+        with XLA, on a batch padded to a bucket (`BATCH_BUCKETS`) so a few shapes cover every batch size."""
+        encoder_ids = self.encode_texts(texts, tones)
+        batch = tf.shape(encoder_ids)[0]
+        padded = tf.pad(encoder_ids, [[0, bucket(batch, BATCH_BUCKETS) - batch], [0, 0]])
+        return self.loop(sampler, no_repeat_ngram_size)(padded, options)[:batch]
+
+    def loop(self, sampler: Sampler, no_repeat_ngram_size: int):
+        """The compiled `decode_ids` for one sampler and n-gram size (made once, then reused)."""
+        key = (type(sampler).__name__, sampler.num_beams, no_repeat_ngram_size)
+        if key not in self._loops:
+            self._loops[key] = tf.function(lambda ids, options: self.decode_ids(ids, options, sampler,
+                                                                                no_repeat_ngram_size),
+                                           jit_compile=self.jit_compile)
+        return self._loops[key]
+
+    def decode_ids(self, encoder_ids, options: Options, sampler: Sampler, no_repeat_ngram_size: int):
+        """Encoder ids (batch, src_len) -> reply ids (batch, max_length): the encoder once, then the loop."""
+        state = self.start(encoder_ids, sampler.num_beams)
         state = tf.while_loop(
             lambda s: (s.index < options.steps) & ~tf.reduce_all(s.finished),
             lambda s: (self.step(s, options, sampler, no_repeat_ngram_size),),
@@ -133,16 +158,30 @@ class CachedDecoder:
         normalised = scores / tf.maximum(lengths, 1.0) ** options.length_penalty
         return tf.gather(replies, tf.argmax(normalised, axis=-1, output_type=tf.int32), batch_dims=1)
 
-    def generate_ids(self, texts, options: Options, settings: GenerationConfig, tones):
-        """Reply ids (batch, max_length) from one compiled call per (strategy, beam width, n-gram size)."""
+    def generate(self, texts, options: Options, settings: GenerationConfig, tones):
+        """Reply ids (batch, max_length) and reply strings (batch,) from one compiled call per
+        (strategy, beam width, n-gram size): detokenizing runs in the graph too."""
         key = (settings.strategy, settings.num_beams if settings.strategy == "beam" else 0,
                settings.no_repeat_ngram_size)
         if key not in self._compiled:
             sampler = sampler_for(settings)
-            self._compiled[key] = tf.function(
-                lambda t, o, s: self.decode(t, o, sampler, settings.no_repeat_ngram_size, s),
-                input_signature=[tf.TensorSpec([None], tf.string), OPTIONS_SIGNATURE, tf.TensorSpec([None], tf.int32)])
+
+            def generate(texts, options, tones):
+                ids = self.decode(texts, options, sampler, settings.no_repeat_ngram_size, tones)
+                return ids, self.tokenizer.detokenize(ids)
+
+            self._compiled[key] = tf.function(generate, input_signature=[
+                tf.TensorSpec([None], tf.string), OPTIONS_SIGNATURE, tf.TensorSpec([None], tf.int32)])
         return self._compiled[key](tf.constant(texts, tf.string), options, tf.constant(tones, tf.int32))
+
+
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def bucket(size, buckets):
+    """The smallest of `buckets` (ascending) that holds `size`, in the graph; a larger size stays as it is."""
+    buckets = tf.constant(buckets)
+    return tf.maximum(tf.reduce_min(tf.where(buckets >= size, buckets, buckets[-1])), size)
 
 
 def _write(tokens, position, values):
@@ -208,14 +247,16 @@ class Chatbot:
         texts = check_questions(texts)
         tones = self.tone_ids(tone, len(texts))
         settings, options = self.options(**decoding)
-        return self.decoder.generate_ids(list(texts), options, settings, tones).numpy()
+        return self.decoder.generate(list(texts), options, settings, tones)[0].numpy()
 
     def reply_batch(self, texts: list[str], tone=None, **decoding) -> list[str]:
         """Replies to many questions at once; `tone`: None, or everyday/sad/love (or 0-2) for all of them."""
-        if not check_questions(texts):
-            self.check(tone, **decoding)  # a bad tone or option is refused even with nothing to answer
+        texts = check_questions(texts)
+        tones = self.tone_ids(tone, len(texts))
+        settings, options = self.options(**decoding)
+        if not texts:
             return []
-        return self.tokenizer.decode(_trim(self.reply_ids(texts, tone, **decoding)))
+        return [reply.decode("utf-8") for reply in self.decoder.generate(texts, options, settings, tones)[1].numpy()]
 
     def reply(self, text: str, tone=None, **decoding) -> str:
         return self.reply_batch([text], tone, **decoding)[0]
@@ -226,26 +267,37 @@ class Chatbot:
         tones = tf.constant(self.tone_ids(tone, 1), tf.int32)
         settings, options = self.options(**decoding)
         if settings.strategy == "beam":  # beams are only ranked at the end: decode, then reveal
-            ids = _trim(self.reply_ids([text], tone, **decoding))[0]
-            for end in range(1, len(ids) + 1):
-                yield self.tokenizer.decode([ids[:end]])[0]
+            pieces = [self.tokenizer.piece_text(i) for i in _trim(self.reply_ids([text], tone, **decoding))[0]]
+            for end in range(1, len(pieces) + 1):
+                yield self.tokenizer.join_pieces(pieces[:end])
             return
-        key = (settings.strategy, settings.no_repeat_ngram_size)
-        if key not in self._step:
-            sampler = sampler_for(settings)
-            self._step[key] = tf.function(lambda s, o: self.decoder.step(s, o, sampler, settings.no_repeat_ngram_size))
-        state = self.decoder.start(self.decoder.encode_texts(tf.constant([text]), tones))
-        previous = ""
+        step, start, encode = self._streaming(settings)
+        state = start(encode(tf.constant([text]), tones))
+        pieces, previous = [], ""
         for _ in range(int(options.steps)):
-            state = self._step[key](state, options)
+            state = step(state, options)
             if bool(state.finished[0]):
                 break
-            current = self.tokenizer.decode(_trim(state.tokens[:, 1:].numpy()))[0]
+            pieces.append(self.tokenizer.piece_text(int(state.tokens[0, int(state.index)])))
+            current = self.tokenizer.join_pieces(pieces)  # only the new piece is looked up, never the prefix
             if current != previous:
                 previous = current
                 yield current
         if not previous:
             yield ""
+
+    def _streaming(self, settings: GenerationConfig):
+        """Compiled functions for streaming: one decoder step (XLA; the state keeps fixed shapes, so
+        it compiles once per encoder length bucket), the start state, and the encoder input."""
+        key = (settings.strategy, settings.no_repeat_ngram_size)
+        if key not in self._step:
+            sampler, jit = sampler_for(settings), self.decoder.jit_compile
+            self._step[key] = tf.function(lambda s, o: self.decoder.step(s, o, sampler, settings.no_repeat_ngram_size),
+                                          jit_compile=jit)
+        if "start" not in self._step:
+            self._step["start"] = tf.function(self.decoder.start, jit_compile=self.decoder.jit_compile)
+            self._step["encode"] = tf.function(self.decoder.encode_texts)
+        return self._step[key], self._step["start"], self._step["encode"]
 
     def attention(self, text: str, reply: str | None = None, tone=None) -> dict:
         """Cross-attention of a reply over the encoder input (the question, and the retrieved answers if

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 from pathlib import Path
 
 import sentencepiece
@@ -49,6 +50,7 @@ class Tokenizer:
         self.sp = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.int32)
         self.vocab_size = int(self.sp.vocab_size())
         self.vocab_hash = hashlib.sha256(model_proto).hexdigest()
+        self._pieces = None  # id -> piece text, filled on first use (streaming)
 
     @classmethod
     def train(cls, texts, vocab_size: int = 8000) -> "Tokenizer":
@@ -96,6 +98,18 @@ class Tokenizer:
         """Readable subword pieces for one sequence of ids (for attention plots)."""
         pieces = self.sp.id_to_string(tf.constant(list(ids), tf.int32)).numpy()
         return [p.decode("utf-8").replace("\u2581", " ").strip() or "\u2581" for p in pieces]
+
+    def piece_text(self, token_id: int) -> str:
+        """One piece as text, spaces as the \u2581 SentencePiece uses (looked up in Python, no graph call)."""
+        if self._pieces is None:
+            ids = tf.range(self.vocab_size, dtype=tf.int32)
+            self._pieces = [p.decode("utf-8") for p in self.sp.id_to_string(ids).numpy()]
+        return self._pieces[token_id] if token_id >= NUM_SPECIAL else ""
+
+    @staticmethod
+    def join_pieces(pieces: list[str]) -> str:
+        """What `detokenize` makes of these pieces: spaces back, no leading space, none before `. , ? !`."""
+        return re.sub(SPACE_BEFORE_PUNCTUATION, r"\1", "".join(pieces).replace("\u2581", " ").lstrip(" "))
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         return self.tokenize(texts).to_list()

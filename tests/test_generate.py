@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from chatbot.generate import BATCH_BUCKETS, Chatbot, bucket
 from chatbot.tokenizer import END_ID, NUM_SPECIAL
 from conftest import TINY_PAIRS
 
@@ -10,6 +11,27 @@ QUESTIONS = [q for q, _, _ in TINY_PAIRS]
 def test_cached_greedy_equals_naive_full_recompute(tiny_bot):
     for question in QUESTIONS[:12] + ["처음 보는 질문이에요", "ㅋㅋㅋㅋ"]:
         assert tiny_bot.reply(question) == tiny_bot.naive_reply(question), question
+
+
+def test_xla_decoding_gives_the_same_tokens_as_the_uncompiled_loop(tiny_bot):
+    """The compiled loop (padded batch and encoder-length buckets) against the same loop run as a
+    plain graph, token for token, for greedy and beam, for one question and for a batch."""
+    plain = Chatbot(tiny_bot.model, tiny_bot.tokenizer, tiny_bot.config, retriever=tiny_bot.retriever)
+    plain.decoder.jit_compile = False
+    questions = QUESTIONS[:10] + ["처음 보는 질문이에요", "ㅋ", "아주 " * 40 + "긴 질문"]
+    for options in ({}, {"strategy": "beam", "num_beams": 3}):  # XLA draws other random numbers: not sampling
+        assert np.array_equal(tiny_bot.reply_ids(questions, **options), plain.reply_ids(questions, **options))
+        for question in questions[:3]:
+            assert np.array_equal(tiny_bot.reply_ids([question], **options), plain.reply_ids([question], **options))
+    assert tiny_bot.decoder.jit_compile and not plain.decoder.jit_compile
+
+
+def test_batches_are_padded_to_a_few_shapes(tiny_bot):
+    assert [int(bucket(n, BATCH_BUCKETS)) for n in (0, 1, 2, 3, 5, 33, 512, 600)] == [1, 1, 2, 4, 8, 64, 512, 600]
+    lengths = tiny_bot.decoder.length_buckets
+    assert lengths[-1] == tiny_bot.model.encoder_length and list(lengths) == sorted(set(lengths))
+    width = tiny_bot.decoder.encode_texts(["안녕", "아주 " * 40 + "긴 질문"]).shape[1]
+    assert width in lengths
 
 
 def test_beam_width_one_equals_greedy(tiny_bot):

@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import tensorflow as tf
 
 from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID, START_ID, UNK_ID, Tokenizer
@@ -55,3 +57,11 @@ def test_save_load_keeps_vocabulary(tokenizer, tmp_path):
 def test_detokenized_replies_never_have_a_space_before_punctuation(tokenizer):
     ids = tokenizer.encode(["배고파 ?", "푹 쉬세요 .  우산 챙기세요 !"])
     assert tokenizer.decode(ids) == ["배고파?", "푹 쉬세요. 우산 챙기세요!"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(NUM_SPECIAL, 199), max_size=12))
+def test_joined_pieces_read_as_the_detokenized_ids(tokenizer, ids):
+    """Streaming builds the text piece by piece in Python; it must read as the graph's detokenize."""
+    ids = [i % tokenizer.vocab_size for i in ids if i % tokenizer.vocab_size >= NUM_SPECIAL]
+    assert tokenizer.join_pieces([tokenizer.piece_text(i) for i in ids]) == tokenizer.decode([ids])[0]

@@ -1,0 +1,82 @@
+"""Answering concurrent requests together: a small batching queue in front of `Chatbot.reply_batch`.
+
+Owns: `ReplyBatcher`, which lets many threads (the web app's request workers) ask for one reply
+each while the model decodes them in batches. No thread of its own: the first caller that finds
+the model idle decodes everything waiting, grouped by model, tone and decoding settings, and keeps
+going while more requests arrive; the others wait for their own reply. A request's error (an
+option the model refuses) is raised in that request's thread only.
+Must not touch Gradio or decide what the user sees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from concurrent.futures import Future
+
+from chatbot.config import GenerationConfig
+
+
+@dataclasses.dataclass
+class _Request:
+    bot: object
+    question: str
+    tone: object
+    decoding: dict
+    reply: Future = dataclasses.field(default_factory=Future)
+
+    def key(self) -> tuple:
+        """Requests with equal keys decode as one batch. A seed only matters to sampling, and only
+        when it was asked for: other requests share a batch whatever their seed."""
+        settings = GenerationConfig(**self.decoding)
+        if settings.strategy != "sample" or settings.seed is None:
+            settings = dataclasses.replace(settings, seed=None)
+        return id(self.bot), self.tone, settings
+
+
+class ReplyBatcher:
+    """`reply(bot, question, tone=None, **decoding)` from many threads at once, decoded in batches of
+    at most `max_batch_size` questions."""
+
+    def __init__(self, max_batch_size: int = 64):
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
+        self.max_batch_size = max_batch_size
+        self._lock = threading.Lock()
+        self._waiting: list[_Request] = []
+        self._busy = False
+        self.batches: list[int] = []  # the size of every batch decoded so far (for tests and benchmarks)
+
+    def reply(self, bot, question: str, tone=None, **decoding) -> str:
+        request = _Request(bot, question, tone, decoding)
+        bot.check(tone, **decoding)  # a refused option fails here, in the caller's thread, before it joins a batch
+        with self._lock:
+            self._waiting.append(request)
+            lead, self._busy = not self._busy, True
+        if lead:
+            self._decode_waiting()
+        return request.reply.result()
+
+    def _decode_waiting(self) -> None:
+        """Decode what is waiting, batch after batch, until nothing is; then let the next caller lead."""
+        while True:
+            with self._lock:
+                if not self._waiting:
+                    self._busy = False
+                    return
+                first = self._waiting[0].key()
+                batch = [r for r in self._waiting if r.key() == first][: self.max_batch_size]
+                self._waiting = [r for r in self._waiting if not any(r is b for b in batch)]
+            self._decode(batch)
+
+    def _decode(self, batch: list[_Request]) -> None:
+        head = batch[0]
+        self.batches.append(len(batch))
+        try:
+            replies = head.bot.reply_batch([r.question for r in batch], head.tone, **head.decoding)
+        except BaseException as error:  # noqa: BLE001 - handed to every waiting caller, raised in its thread
+            for request in batch:
+                request.reply.set_exception(error)
+            return
+        for request, reply in zip(batch, replies):
+            request.reply.set_result(reply)

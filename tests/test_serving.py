@@ -1,0 +1,97 @@
+"""ReplyBatcher: concurrent requests decoded together, each caller getting its own reply or error."""
+
+import threading
+
+import pytest
+
+from chatbot.serving import ReplyBatcher
+
+QUESTIONS = ["안녕", "오늘 너무 피곤해", "배고파", "주말에 뭐 하지?", "시험 끝났다", "비가 와", "잠이 안 와", "고마워"]
+
+
+class HeldFirstBatch:
+    """The tiny bot, whose first `reply_batch` waits until `expected` other requests are queued, so
+    what arrives meanwhile must be decoded as later batches (the real decoding, just held)."""
+
+    def __init__(self, bot, batcher, expected):
+        self.bot, self.batcher, self.expected, self.calls = bot, batcher, expected, []
+
+    def __getattr__(self, name):
+        return getattr(self.bot, name)
+
+    def reply_batch(self, texts, tone=None, **decoding):
+        if not self.calls:
+            while len(self.batcher._waiting) < self.expected:
+                threading.Event().wait(0.005)
+        self.calls.append(list(texts))
+        return self.bot.reply_batch(texts, tone, **decoding)
+
+
+def ask_all(batcher, bot, requests):
+    """Each request (question, options) from its own thread; returns replies or exceptions, in order."""
+    results = [None] * len(requests)
+
+    def ask(i, question, options):
+        try:
+            results[i] = batcher.reply(bot, question, **options)
+        except Exception as error:  # noqa: BLE001 - the test inspects it
+            results[i] = error
+
+    threads = [threading.Thread(target=ask, args=(i, q, o)) for i, (q, o) in enumerate(requests)]
+    threads[0].start()
+    while not batcher._busy:  # the first request leads; the rest arrive while it decodes
+        threading.Event().wait(0.001)
+    for thread in threads[1:]:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return results
+
+
+def test_concurrent_requests_are_decoded_together_with_the_replies_each_would_get_alone(tiny_bot):
+    batcher = ReplyBatcher()
+    held = HeldFirstBatch(tiny_bot, batcher, expected=len(QUESTIONS) - 1)
+    replies = ask_all(batcher, held, [(q, {}) for q in QUESTIONS])
+    assert replies == [tiny_bot.reply(q) for q in QUESTIONS]
+    assert batcher.batches == [1, len(QUESTIONS) - 1]
+    assert not batcher._busy and not batcher._waiting
+
+
+def test_different_settings_and_tones_go_to_different_batches(tiny_bot):
+    batcher = ReplyBatcher()
+    requests = [("안녕", {}), ("배고파", {"strategy": "beam", "num_beams": 3}), ("비가 와", {}),
+                ("고마워", {"tone": "sad"}), ("잠이 안 와", {"strategy": "beam", "num_beams": 3})]
+    held = HeldFirstBatch(tiny_bot, batcher, expected=len(requests) - 1)
+    replies = ask_all(batcher, held, requests)
+    assert replies == [tiny_bot.reply(q, **o) for q, o in requests]
+    assert held.calls == [["안녕"], ["배고파", "잠이 안 와"], ["비가 와"], ["고마워"]]
+
+
+def test_a_greedy_seed_does_not_split_a_batch_but_a_sampling_seed_does(tiny_bot):
+    batcher = ReplyBatcher()
+    requests = [("안녕", {"seed": 1}), ("배고파", {"seed": 2}), ("비가 와", {}),
+                ("고마워", {"strategy": "sample", "seed": 3}), ("잠이 안 와", {"strategy": "sample", "seed": 4})]
+    held = HeldFirstBatch(tiny_bot, batcher, expected=len(requests) - 1)
+    replies = ask_all(batcher, held, requests)
+    assert held.calls == [["안녕"], ["배고파", "비가 와"], ["고마워"], ["잠이 안 와"]]
+    assert replies[3:] == [tiny_bot.reply(q, **o) for q, o in requests[3:]]
+
+
+def test_a_refused_request_fails_alone_and_the_batcher_keeps_serving(tiny_bot):
+    batcher = ReplyBatcher()
+    requests = [("안녕", {}), ("배고파", {"no_repeat_ngram_size": 999}), ("비가 와", {}), ("고마워", {"top_k": -1})]
+    held = HeldFirstBatch(tiny_bot, batcher, expected=1)  # the two bad ones never queue
+    results = ask_all(batcher, held, requests)
+    assert results[0] == tiny_bot.reply("안녕") and results[2] == tiny_bot.reply("비가 와")
+    assert isinstance(results[1], ValueError) and "no_repeat_ngram_size" in str(results[1])
+    assert isinstance(results[3], ValueError) and "top_k" in str(results[3])
+    assert batcher.reply(tiny_bot, "잠이 안 와") == tiny_bot.reply("잠이 안 와")
+
+
+def test_max_batch_size_is_checked_and_kept(tiny_bot):
+    with pytest.raises(ValueError, match="max_batch_size"):
+        ReplyBatcher(0)
+    batcher = ReplyBatcher(max_batch_size=3)
+    held = HeldFirstBatch(tiny_bot, batcher, expected=len(QUESTIONS) - 1)
+    ask_all(batcher, held, [(q, {}) for q in QUESTIONS])
+    assert batcher.batches == [1, 3, 3, 1]
