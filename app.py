@@ -22,7 +22,7 @@ from chatbot.config import GenerationConfig
 from chatbot.plots import attention_figure, draw, korean_font
 from chatbot.serving import ReplyBatcher
 from chatbot.workspace import (BackgroundTrainer, ModelShelf, clip_question, load_chatbot, model_summary,
-                               read_training_csv, training_config, typed_chat_function)
+                               read_training_csv, training_config, typed_chat_function, warm_up_in_background)
 
 APP_DIR = Path(__file__).resolve().parent
 MODELS_ROOT = APP_DIR / "models"
@@ -290,6 +290,7 @@ def main(argv=None) -> None:
     except ArtifactError as error:
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         sys.exit(2)
+    warm_up_in_background(bot)
     build_demo(bot).launch(server_name=args.host, server_port=args.port, share=args.share, **LAUNCH_OPTIONS)
 
 

@@ -1,9 +1,10 @@
-"""Reply latency: the naive full-recompute greedy loop vs cached compiled decoding, in one run.
+"""Reply latency: the seed tutorial's full-recompute greedy loop vs cached XLA-compiled decoding, in one run.
 
-For 100 questions it prints p50/p95 milliseconds per reply for: the seed tutorial's naive loop
-(re-runs the encoder and the whole decoder prefix for every token), cached compiled greedy, beam
-search (width 4) and top-p sampling, single requests and batches of 32, then the speedup of cached
-greedy over naive and the cost of beam 4 relative to greedy.
+For 100 questions it prints p50/p95 milliseconds per reply for: the seed tutorial's loop (re-runs
+the encoder and the whole decoder prefix for every token, eagerly), cached greedy compiled as a plain
+graph (the previous path) and with XLA (the default), beam search (width 4) and top-p sampling,
+single requests and batches of 32; time to first token and per token when streaming; then the
+speedups over the tutorial's loop.
 
     python bench/decode_latency.py [--model models/default] [--questions 100]
 """
@@ -47,21 +48,25 @@ def main():
     from chatbot.generate import Chatbot
 
     bot = Chatbot.load(args.model)
+    plain = Chatbot(bot.model, bot.tokenizer, bot.config, retriever=bot.retriever)
+    plain.decoder.jit_compile = False
     pairs, _ = load_pairs(args.data)
     questions = [p.question for p in pairs[: args.questions]]
     print(f"model: {args.model}; {len(questions)} questions from {args.data}")
 
     single = {
-        "naive greedy": lambda q: bot.naive_reply(q),
+        "tutorial loop": lambda q: bot.naive_reply(q),
+        "cached, no XLA": lambda q: plain.reply(q),
         "cached greedy": lambda q: bot.reply(q),
         "cached beam 4": lambda q: bot.reply(q, strategy="beam", num_beams=4),
         "cached top-p 0.9": lambda q: bot.reply(q, strategy="sample", top_p=0.9, seed=0),
     }
-    for fn in single.values():  # compile / trace everything once before timing
-        fn(questions[0])
+    for name, fn in single.items():  # warm up: trace and compile every shape (encoder length buckets) first
+        for question in questions[:1] if name.startswith("tutorial") else questions:
+            fn(question)
     results = {}
     for name, fn in single.items():
-        items = questions[: args.naive_questions] if name.startswith("naive") else questions
+        items = questions[: args.naive_questions] if name.startswith("tutorial") else questions
         results[name] = percentiles(time_each(fn, items))
 
     batches = [questions[i:i + 32] for i in range(0, len(questions), 32)]
@@ -71,14 +76,32 @@ def main():
         "batch32 top-p 0.9": lambda b: bot.reply_batch(b, strategy="sample", top_p=0.9, seed=0),
     }
     for name, fn in batch_fns.items():
-        fn(batches[0])
+        for batch in batches:  # warm up every batch shape
+            fn(batch)
         per_reply = [t / len(b) for t, b in zip(time_each(fn, batches), batches)]
         results[name] = percentiles(per_reply)
 
-    print(f"{'':20s} {'p50 ms':>9s} {'p95 ms':>9s}   (per reply)")
+    first_token, per_token = [], []
+    for question in questions:  # warm up the streaming step for every encoder length bucket
+        list(bot.stream(question))
+    for question in questions:
+        start = time.perf_counter()
+        chunks = 0
+        for _ in bot.stream(question):
+            if not chunks:
+                first_token.append((time.perf_counter() - start) * 1000)
+            chunks += 1
+        if chunks > 1:
+            per_token.append(((time.perf_counter() - start) * 1000 - first_token[-1]) / (chunks - 1))
+    results["stream: first token"] = percentiles(first_token)
+    results["stream: per token"] = percentiles(per_token)
+
+    print(f"{'':22s} {'p50 ms':>9s} {'p95 ms':>9s}   (per reply)")
     for name, (p50, p95) in results.items():
-        print(f"{name:20s} {p50:9.2f} {p95:9.2f}")
-    print(f"speedup cached greedy over naive (p50): {results['naive greedy'][0] / results['cached greedy'][0]:.1f}x")
+        print(f"{name:22s} {p50:9.2f} {p95:9.2f}")
+    tutorial = results["tutorial loop"][0]
+    for name in ("cached, no XLA", "cached greedy", "cached beam 4", "batch32 greedy"):
+        print(f"speedup of {name} over the tutorial's loop (p50): {tutorial / results[name][0]:.1f}x")
     print(f"beam 4 cost relative to greedy (p50): {results['cached beam 4'][0] / results['cached greedy'][0]:.2f}x")
 
 

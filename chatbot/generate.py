@@ -24,6 +24,9 @@ from chatbot.samplers import NEG_INF, Sampler, process_logits, sampler_for, supp
 from chatbot.tokenizer import END_ID, PAD_ID, START_ID, Tokenizer
 
 
+BATCH_BUCKETS = (1, 4, 16, 64, 256)  # batches are padded to these many rows: few shapes, few XLA compilations
+
+
 class Options(NamedTuple):
     """The decoding options that are tensors, so changing them never recompiles."""
 
@@ -65,8 +68,9 @@ class CachedDecoder:
             raise ValueError("this model reads retrieved answers: it needs its retrieval index")
         self.max_length = model.max_length
         self.jit_compile = jit_compile
-        encoder_length = model.encoder_length
-        self.length_buckets = tuple(b for b in (16, 32, 64, 128) if b < encoder_length) + (encoder_length,)
+        # Two encoder lengths: most questions with a retrieved answer fit in 32 tokens. Each length and
+        # batch bucket costs one XLA compilation (seconds on a CPU), so there are few of them.
+        self.length_buckets = tuple(b for b in (32,) if b < model.encoder_length) + (model.encoder_length,)
         self._compiled, self._loops = {}, {}
 
     def step_limit(self, max_new_tokens: int) -> int:
@@ -158,6 +162,14 @@ class CachedDecoder:
         normalised = scores / tf.maximum(lengths, 1.0) ** options.length_penalty
         return tf.gather(replies, tf.argmax(normalised, axis=-1, output_type=tf.int32), batch_dims=1)
 
+    def warm_up(self, settings: GenerationConfig, options: Options, rows=BATCH_BUCKETS[:4]) -> None:
+        """Compile the decoding loop for `settings` now, for every encoder length bucket and these batch
+        buckets, so that no request waits for a compilation later."""
+        loop = self.loop(sampler_for(settings), settings.no_repeat_ngram_size)
+        for length in self.length_buckets:
+            for count in rows:
+                loop(tf.zeros([count, length], tf.int32), options)
+
     def generate(self, texts, options: Options, settings: GenerationConfig, tones):
         """Reply ids (batch, max_length) and reply strings (batch,) from one compiled call per
         (strategy, beam width, n-gram size): detokenizing runs in the graph too."""
@@ -173,9 +185,6 @@ class CachedDecoder:
             self._compiled[key] = tf.function(generate, input_signature=[
                 tf.TensorSpec([None], tf.string), OPTIONS_SIGNATURE, tf.TensorSpec([None], tf.int32)])
         return self._compiled[key](tf.constant(texts, tf.string), options, tf.constant(tones, tf.int32))
-
-
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
 def bucket(size, buckets):
@@ -242,6 +251,13 @@ class Chatbot:
         (the CLI and the app call it once a model is picked)."""
         self.tone_ids(tone, 0)
         self.options(**decoding)
+
+    def warm_up(self, **decoding) -> None:
+        """Trace and compile everything a reply with these settings needs (the web app does it at start,
+        in the background), so the first requests of each batch size do not wait for XLA."""
+        settings, options = self.options(**decoding)
+        self.reply("안녕", **decoding)
+        self.decoder.warm_up(settings, options)
 
     def reply_ids(self, texts: list[str], tone=None, **decoding) -> np.ndarray:
         texts = check_questions(texts)

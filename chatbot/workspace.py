@@ -33,6 +33,14 @@ def load_chatbot(model_dir: str | Path):
     return Chatbot.load(model_dir)
 
 
+def warm_up_in_background(bot) -> threading.Thread:
+    """Compile the bot's greedy decoding for every batch and encoder-length bucket in a daemon thread,
+    so the app answers at once and the first burst of requests finds the compiled loops ready."""
+    thread = threading.Thread(target=bot.warm_up, name="warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
 def clip_question(text: str | None, max_chars: int) -> tuple[str, str]:
     """The question as the model will see it, and a notice for the user ("" when nothing was cut)."""
     question = (text or "").strip()

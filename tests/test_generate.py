@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from chatbot.generate import BATCH_BUCKETS, Chatbot, bucket
+from chatbot.samplers import GreedySampler
 from chatbot.tokenizer import END_ID, NUM_SPECIAL
 from conftest import TINY_PAIRS
 
@@ -27,7 +28,8 @@ def test_xla_decoding_gives_the_same_tokens_as_the_uncompiled_loop(tiny_bot):
 
 
 def test_batches_are_padded_to_a_few_shapes(tiny_bot):
-    assert [int(bucket(n, BATCH_BUCKETS)) for n in (0, 1, 2, 3, 5, 33, 512, 600)] == [1, 1, 2, 4, 8, 64, 512, 600]
+    assert [int(bucket(n, (1, 4, 16))) for n in (0, 1, 2, 4, 5, 16, 17, 600)] == [1, 1, 4, 4, 16, 16, 17, 600]
+    assert list(BATCH_BUCKETS) == sorted(BATCH_BUCKETS) and BATCH_BUCKETS[0] == 1
     lengths = tiny_bot.decoder.length_buckets
     assert lengths[-1] == tiny_bot.model.encoder_length and list(lengths) == sorted(set(lengths))
     width = tiny_bot.decoder.encode_texts(["안녕", "아주 " * 40 + "긴 질문"]).shape[1]
@@ -152,3 +154,10 @@ def test_questions_over_the_cap_are_refused_with_a_clear_message(tiny_bot):
         with pytest.raises(ValueError, match="too long"):
             call()
     assert isinstance(tiny_bot.reply("가" * MAX_QUESTION_CHARS), str)
+
+
+def test_warm_up_runs_every_bucket_and_changes_no_reply(tiny_model_dir, tiny_bot):
+    bot = Chatbot.load(tiny_model_dir)
+    bot.warm_up()
+    assert bot.decoder.loop(GreedySampler(), 0).experimental_get_tracing_count() >= 1
+    assert bot.reply_batch(QUESTIONS[:5]) == tiny_bot.reply_batch(QUESTIONS[:5])
