@@ -24,6 +24,8 @@ def parse_args():
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (the machine is noisy)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--max-length", type=int, default=40)
+    parser.add_argument("--xla", action="store_true", help="also time the bucketed row with an XLA-compiled step "
+                        "(slower on a CPU; its warm-up compiles every batch shape)")
     return parser.parse_args()
 
 
@@ -50,16 +52,18 @@ def main():
         return loss
 
     plain, xla = tf.function(train_step, reduce_retracing=True), tf.function(train_step, jit_compile=True)
-    rows = {  # name: (bucketed, step)
-        "tutorial: padded": (False, plain),
-        "bucketed": (True, plain),
-        "bucketed + XLA": (True, xla),
+    budget = args.batch_size * args.max_length  # the tutorial's padded batch, in tokens
+    rows = {  # name: (bucketed, batch token budget, step)
+        "tutorial: padded": (False, 0, plain),
+        "bucketed": (True, 0, plain),
+        f"bucketed, {budget}-token batches": (True, budget, plain),
+        **({"bucketed + XLA": (True, 0, xla)} if args.xla else {}),
     }
     pipelines = {name: make_dataset(questions, answers, max_length=args.max_length, batch_size=args.batch_size,
-                                    bucketed=bucketed) for name, (bucketed, _) in rows.items()}
+                                    bucketed=bucketed, batch_tokens=tokens) for name, (bucketed, tokens, _) in rows.items()}
     epoch = max(int(data.cardinality()) for data in pipelines.values())
     batches = {name: iter(data.repeat()) for name, data in pipelines.items()}
-    step_of = {name: step for name, (_, step) in rows.items()}
+    step_of = {name: step for name, (_, _, step) in rows.items()}
 
     def run(name, steps):
         tokens, start = 0, time.perf_counter()
@@ -79,7 +83,7 @@ def main():
     rates = {name: tokens / seconds for name, (tokens, seconds) in totals.items()}
     tutorial = rates["tutorial: padded"]
     for name, rate in rates.items():
-        print(f"{name:17s} {rate:8.0f} non-pad target tokens/s  {rate / tutorial:5.2f}x the tutorial  "
+        print(f"{name:29s} {rate:8.0f} non-pad target tokens/s  {rate / tutorial:5.2f}x the tutorial  "
               f"({totals[name][0]} tokens in {totals[name][1]:.1f} s)")
     keras.backend.clear_session()
 

@@ -137,6 +137,7 @@ GENERATION_BOUNDS = {
     "max_new_tokens": (1, INT32_MAX),  # capped by the model's max_length when decoding
     "num_beams": (1, MAX_BEAMS),
     "length_penalty": (-10.0, 10.0),
+    "agreement": (0.0, 100.0),
     "temperature": (0.01, 100.0),
     "top_k": (0, INT32_MAX),
     "top_p": (0.0, 1.0),  # and above 0: checked on its own
@@ -156,6 +157,9 @@ class GenerationConfig:
     num_beams: int = field(default=4, metadata={"help": "beam width for --strategy beam"})
     length_penalty: float = field(default=1.0, metadata={
         "help": "beam scores are divided by length**this (higher favours longer replies)"})
+    agreement: float = field(default=0.0, metadata={
+        "help": "beam search: add this times the reply's word overlap (token F1) with the retrieved answers "
+                "to its score (0: off; needs a model that reads retrieved answers)"})
     temperature: float = field(default=1.0, metadata={"help": "for --strategy sample; higher is more random"})
     top_k: int = field(default=0, metadata={"help": "sample among the k likeliest tokens (0: all)"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass (1.0: off)"})

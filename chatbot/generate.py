@@ -21,7 +21,7 @@ from chatbot.config import MAX_QUESTION_CHARS, NO_CONTEXT, TONES, ChatbotConfig,
 from chatbot.layers import padding_mask
 from chatbot.pipeline import encoder_inputs
 from chatbot.samplers import NEG_INF, Sampler, process_logits, sampler_for, suppress_special
-from chatbot.tokenizer import END_ID, PAD_ID, START_ID, Tokenizer
+from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID, SEPARATOR_ID, START_ID, Tokenizer
 
 
 BATCH_BUCKETS = (1, 4, 16, 64, 256)  # batches are padded to these many rows: few shapes, few XLA compilations
@@ -36,11 +36,12 @@ class Options(NamedTuple):
     top_p: tf.Tensor
     repetition_penalty: tf.Tensor
     length_penalty: tf.Tensor
+    agreement: tf.Tensor
     seed: tf.Tensor
 
 
 OPTIONS_SIGNATURE = Options(*(tf.TensorSpec([], dtype) for dtype in (
-    tf.int32, tf.float32, tf.int32, tf.float32, tf.float32, tf.float32, tf.int32)))
+    tf.int32, tf.float32, tf.int32, tf.float32, tf.float32, tf.float32, tf.float32, tf.int32)))
 
 
 class State(NamedTuple):
@@ -160,6 +161,7 @@ class CachedDecoder:
         lengths = tf.reduce_sum(tf.cast(replies != PAD_ID, tf.float32), axis=-1)
         scores = tf.reshape(state.scores, [-1, sampler.num_beams])
         normalised = scores / tf.maximum(lengths, 1.0) ** options.length_penalty
+        normalised += options.agreement * agreement(replies, encoder_ids)
         return tf.gather(replies, tf.argmax(normalised, axis=-1, output_type=tf.int32), batch_dims=1)
 
     def warm_up(self, settings: GenerationConfig, options: Options, rows=BATCH_BUCKETS[:4]) -> None:
@@ -185,6 +187,21 @@ class CachedDecoder:
             self._compiled[key] = tf.function(generate, input_signature=[
                 tf.TensorSpec([None], tf.string), OPTIONS_SIGNATURE, tf.TensorSpec([None], tf.int32)])
         return self._compiled[key](tf.constant(texts, tf.string), options, tf.constant(tones, tf.int32))
+
+
+def agreement(replies, encoder_ids):
+    """Token F1 between each candidate reply (batch, beams, length) and the retrieved answers on its
+    encoder input (batch, src_len: the tokens after the first separator), as a set of tokens:
+    (batch, beams) in [0, 1]; 0 where the input holds no retrieved answer."""
+    context = encoder_ids * tf.cast(tf.cumsum(tf.cast(encoder_ids == SEPARATOR_ID, tf.int32), axis=1) > 0, tf.int32)
+    in_context = (context >= NUM_SPECIAL)[:, None, :]  # (batch, 1, src_len)
+    in_reply = replies >= NUM_SPECIAL  # (batch, beams, length)
+    same = (replies[..., :, None] == context[:, None, None, :]) & in_reply[..., None] & in_context[:, :, None]
+    found = tf.reduce_sum(tf.cast(tf.reduce_any(same, axis=-1), tf.float32), axis=-1)  # reply tokens in the context
+    recalled = tf.reduce_sum(tf.cast(tf.reduce_any(same, axis=-2), tf.float32), axis=-1)  # context tokens in the reply
+    precision = found / tf.maximum(tf.reduce_sum(tf.cast(in_reply, tf.float32), axis=-1), 1.0)
+    recall = recalled / tf.maximum(tf.reduce_sum(tf.cast(in_context, tf.float32), axis=-1), 1.0)
+    return 2 * precision * recall / tf.maximum(precision + recall, 1e-9)
 
 
 def bucket(size, buckets):
@@ -244,7 +261,7 @@ class Chatbot:
             tf.constant(steps), tf.constant(settings.temperature, tf.float32),
             tf.constant(settings.top_k), tf.constant(settings.top_p, tf.float32),
             tf.constant(settings.repetition_penalty, tf.float32), tf.constant(settings.length_penalty, tf.float32),
-            tf.constant(seed))
+            tf.constant(settings.agreement, tf.float32), tf.constant(seed))
 
     def check(self, tone=None, **decoding) -> None:
         """Raise ValueError for a tone or a decoding option this model refuses, before any decoding

@@ -51,11 +51,23 @@ def fits(answer_ids: tf.RaggedTensor, max_length: int) -> np.ndarray:
     return (answer_ids.row_lengths() + 1 <= max_length).numpy()
 
 
-def bucketed_batch_count(lengths: np.ndarray, boundaries: list[int], batch_size: int) -> int:
+def bucketed_batch_count(lengths: np.ndarray, boundaries: list[int], batch_sizes: int | list[int]) -> int:
     """Batches `bucket_by_sequence_length` makes from sequences of these lengths: bucket i holds
-    lengths in [boundaries[i-1], boundaries[i]), and each bucket ends with one partial batch."""
-    per_bucket = np.bincount(np.searchsorted(boundaries, lengths, side="right"))
-    return int(sum(-(-count // batch_size) for count in per_bucket))
+    lengths in [boundaries[i-1], boundaries[i]), and each bucket ends with one partial batch.
+    `batch_sizes`: one for every bucket, or one per bucket (len(boundaries) + 1)."""
+    per_bucket = np.bincount(np.searchsorted(boundaries, lengths, side="right"), minlength=len(boundaries) + 1)
+    sizes = batch_sizes if isinstance(batch_sizes, list) else [batch_sizes] * len(per_bucket)
+    return int(sum(-(-count // size) for count, size in zip(per_bucket, sizes)))
+
+
+def bucket_batch_sizes(boundaries: list[int], batch_size: int, batch_tokens: int = 0) -> list[int]:
+    """Rows per batch for each bucket: `batch_size` everywhere, or with a `batch_tokens` budget as
+    many rows as fit in it at the bucket's padded length (short sentences then come in larger
+    batches, so each step does a similar amount of work)."""
+    if not batch_tokens:
+        return [batch_size] * (len(boundaries) + 1)
+    padded = [b - 1 for b in boundaries] + [boundaries[-1]]
+    return [max(1, batch_tokens // length) for length in padded]
 
 
 def _even_rows(batch, replicas: int):
@@ -66,11 +78,14 @@ def _even_rows(batch, replicas: int):
 
 def make_dataset(question_ids: tf.RaggedTensor, answer_ids: tf.RaggedTensor, *, max_length: int,
                  batch_size: int, shuffle: bool = True, seed: int = 42, bucketed: bool = True,
-                 encoder_ids: tf.RaggedTensor | None = None, replicas: int = 1) -> tf.data.Dataset:
+                 encoder_ids: tf.RaggedTensor | None = None, replicas: int = 1,
+                 batch_tokens: int = 0) -> tf.data.Dataset:
     """Batches for `Transformer.fit`. Answers too long to end inside `max_length` are dropped
     (a truncated answer would teach the model replies that never end); questions are truncated.
     `encoder_ids`, if given, are the composed encoder inputs (see `encoder_inputs`) and replace
     `[start] question [end]`. With `replicas` > 1, each batch keeps a multiple of `replicas` rows.
+    With `batch_tokens`, a bucketed batch holds as many rows as fit in that many padded tokens
+    (see `bucket_batch_sizes`) instead of `batch_size`.
 
     With `bucketed=False` every batch is padded to `max_length`, the seed tutorial's way
     (kept for the throughput benchmark).
@@ -95,10 +110,11 @@ def make_dataset(question_ids: tf.RaggedTensor, answer_ids: tf.RaggedTensor, *, 
     dataset = dataset.map(teacher_forcing, num_parallel_calls=tf.data.AUTOTUNE)
     if bucketed:
         boundaries = [b for b in BUCKET_BOUNDARIES if b < longest] + [longest + 1]
+        sizes = bucket_batch_sizes(boundaries, batch_size, batch_tokens)
         dataset = dataset.bucket_by_sequence_length(
             element_length_func=lambda inputs, targets, length: length,
             bucket_boundaries=boundaries,
-            bucket_batch_sizes=[batch_size] * (len(boundaries) + 1),
+            bucket_batch_sizes=sizes,
             pad_to_bucket_boundary=True,
         )
         # tf.data cannot know how many batches bucketing makes; telling it gives the first epoch a
@@ -107,7 +123,7 @@ def make_dataset(question_ids: tf.RaggedTensor, answer_ids: tf.RaggedTensor, *, 
             dataset = dataset.map(lambda inputs, targets, length: _even_rows((inputs, targets, length), replicas))
             dataset = dataset.filter(lambda inputs, targets, length: tf.shape(targets)[0] > 0)
         else:
-            count = bucketed_batch_count(lengths.numpy(), boundaries, batch_size)
+            count = bucketed_batch_count(lengths.numpy(), boundaries, sizes)
             dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
     else:
         dataset = dataset.padded_batch(batch_size, padded_shapes=(([longest], [max_length]), [max_length], []))

@@ -161,3 +161,26 @@ def test_warm_up_runs_every_bucket_and_changes_no_reply(tiny_model_dir, tiny_bot
     bot.warm_up()
     assert bot.decoder.loop(GreedySampler(), 0).experimental_get_tracing_count() >= 1
     assert bot.reply_batch(QUESTIONS[:5]) == tiny_bot.reply_batch(QUESTIONS[:5])
+
+
+def test_agreement_is_the_token_f1_with_the_retrieved_answers():
+    import tensorflow as tf
+
+    from chatbot.generate import agreement
+    from chatbot.tokenizer import SEPARATOR_ID
+
+    encoder = tf.constant([[1, 20, 21, 2, SEPARATOR_ID, 30, 31, 32, 33, 0],   # retrieved answer 30 31 32 33
+                           [1, 20, 30, 2, 0, 0, 0, 0, 0, 0]])                  # no retrieved answer
+    replies = tf.constant([[[30, 31, 2, 0], [40, 41, 2, 0], [30, 31, 32, 33]],
+                           [[30, 31, 2, 0], [20, 2, 0, 0], [30, 0, 0, 0]]])
+    scores = agreement(replies, encoder).numpy()
+    assert np.allclose(scores[0], [2 * 1.0 * 0.5 / 1.5, 0.0, 1.0])  # question tokens (20, 21) never count
+    assert np.allclose(scores[1], 0.0)
+
+
+def test_agreement_moves_beam_search_towards_the_retrieved_answer(tiny_bot):
+    retrieved = [a.decode() for a in tiny_bot.retriever.nearest(QUESTIONS[:12], 1).numpy()[:, 0]]
+    plain = tiny_bot.reply_batch(QUESTIONS[:12], strategy="beam", num_beams=4)
+    agreeing = tiny_bot.reply_batch(QUESTIONS[:12], strategy="beam", num_beams=4, agreement=50.0)
+    assert sum(a == r for a, r in zip(agreeing, retrieved)) >= sum(p == r for p, r in zip(plain, retrieved))
+    assert tiny_bot.reply_batch(QUESTIONS[:12], agreement=50.0) == tiny_bot.reply_batch(QUESTIONS[:12])  # greedy: none

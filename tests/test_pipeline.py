@@ -1,7 +1,7 @@
 import numpy as np
 import tensorflow as tf
 
-from chatbot.pipeline import make_dataset
+from chatbot.pipeline import bucket_batch_sizes, make_dataset
 from chatbot.tokenizer import END_ID, START_ID
 
 
@@ -50,3 +50,17 @@ def test_bucketed_dataset_knows_its_batch_count():
     for batch_size in (1, 7, 64, 500):
         dataset = make_dataset(ragged(rows), ragged(rows[::-1]), max_length=40, batch_size=batch_size)
         assert int(dataset.cardinality()) == len(list(dataset)) > 0
+
+
+def test_token_budget_batches_hold_more_short_rows_and_stay_within_the_budget():
+    rng = np.random.default_rng(2)
+    rows = [[7] * int(n) for n in rng.integers(1, 38, size=400)]
+    dataset = make_dataset(ragged(rows), ragged(rows[::-1]), max_length=40, batch_size=8, batch_tokens=256)
+    batches = list(dataset)
+    assert int(dataset.cardinality()) == len(batches)
+    assert sum(int(targets.shape[0]) for _, targets in batches) == len(rows)
+    shapes = [(int(targets.shape[0]), int(inputs[0].shape[1])) for inputs, targets in batches]
+    assert all(rows_ * length <= 256 or rows_ == 1 for rows_, length in shapes)
+    assert max(r for r, _ in shapes) > 8  # short buckets take more than batch_size rows
+    assert bucket_batch_sizes([6, 10, 41], 64) == [64] * 4
+    assert bucket_batch_sizes([6, 10, 41], 64, 200) == [40, 22, 5, 4]
