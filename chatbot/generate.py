@@ -24,7 +24,7 @@ from chatbot.samplers import NEG_INF, Sampler, process_logits, sampler_for, supp
 from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID, SEPARATOR_ID, START_ID, Tokenizer
 
 
-BATCH_BUCKETS = (1, 4, 16, 64, 256)  # batches are padded to these many rows: few shapes, few XLA compilations
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # batches are padded to these many rows (XLA shapes)
 
 
 class Options(NamedTuple):
@@ -69,9 +69,9 @@ class CachedDecoder:
             raise ValueError("this model reads retrieved answers: it needs its retrieval index")
         self.max_length = model.max_length
         self.jit_compile = jit_compile
-        # Two encoder lengths: most questions with a retrieved answer fit in 32 tokens. Each length and
-        # batch bucket costs one XLA compilation (seconds on a CPU), so there are few of them.
-        self.length_buckets = tuple(b for b in (32,) if b < model.encoder_length) + (model.encoder_length,)
+        # Few encoder lengths: a question alone fits in 16 tokens, most with a retrieved answer in 32.
+        # Each length and batch bucket costs one XLA compilation (seconds on a CPU).
+        self.length_buckets = tuple(b for b in (16, 32) if b < model.encoder_length) + (model.encoder_length,)
         self._compiled, self._loops = {}, {}
 
     def step_limit(self, max_new_tokens: int) -> int:
@@ -164,7 +164,7 @@ class CachedDecoder:
         normalised += options.agreement * agreement(replies, encoder_ids)
         return tf.gather(replies, tf.argmax(normalised, axis=-1, output_type=tf.int32), batch_dims=1)
 
-    def warm_up(self, settings: GenerationConfig, options: Options, rows=BATCH_BUCKETS[:4]) -> None:
+    def warm_up(self, settings: GenerationConfig, options: Options, rows=BATCH_BUCKETS[:6]) -> None:
         """Compile the decoding loop for `settings` now, for every encoder length bucket and these batch
         buckets, so that no request waits for a compilation later."""
         loop = self.loop(sampler_for(settings), settings.no_repeat_ngram_size)
@@ -269,12 +269,12 @@ class Chatbot:
         self.tone_ids(tone, 0)
         self.options(**decoding)
 
-    def warm_up(self, **decoding) -> None:
-        """Trace and compile everything a reply with these settings needs (the web app does it at start,
-        in the background), so the first requests of each batch size do not wait for XLA."""
+    def warm_up(self, rows=BATCH_BUCKETS[:6], **decoding) -> None:
+        """Trace and compile everything a reply with these settings needs, for batches of `rows` (the web
+        app does it at start, in the background), so the first requests of each size do not wait for XLA."""
         settings, options = self.options(**decoding)
         self.reply("안녕", **decoding)
-        self.decoder.warm_up(settings, options)
+        self.decoder.warm_up(settings, options, rows)
 
     def reply_ids(self, texts: list[str], tone=None, **decoding) -> np.ndarray:
         texts = check_questions(texts)

@@ -29,6 +29,7 @@ def test_xla_decoding_gives_the_same_tokens_as_the_uncompiled_loop(tiny_bot):
 
 def test_batches_are_padded_to_a_few_shapes(tiny_bot):
     assert [int(bucket(n, (1, 4, 16))) for n in (0, 1, 2, 4, 5, 16, 17, 600)] == [1, 1, 4, 4, 16, 16, 17, 600]
+    assert [int(bucket(n, BATCH_BUCKETS)) for n in (3, 32, 33, 600)] == [4, 32, 64, 600]
     assert list(BATCH_BUCKETS) == sorted(BATCH_BUCKETS) and BATCH_BUCKETS[0] == 1
     lengths = tiny_bot.decoder.length_buckets
     assert lengths[-1] == tiny_bot.model.encoder_length and list(lengths) == sorted(set(lengths))
@@ -158,7 +159,7 @@ def test_questions_over_the_cap_are_refused_with_a_clear_message(tiny_bot):
 
 def test_warm_up_runs_every_bucket_and_changes_no_reply(tiny_model_dir, tiny_bot):
     bot = Chatbot.load(tiny_model_dir)
-    bot.warm_up()
+    bot.warm_up(rows=(1, 4))
     assert bot.decoder.loop(GreedySampler(), 0).experimental_get_tracing_count() >= 1
     assert bot.reply_batch(QUESTIONS[:5]) == tiny_bot.reply_batch(QUESTIONS[:5])
 
