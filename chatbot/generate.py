@@ -320,15 +320,15 @@ class Chatbot:
             yield ""
 
     def _streaming(self, settings: GenerationConfig):
-        """Compiled functions for streaming: one decoder step (XLA; the state keeps fixed shapes, so
-        it compiles once per encoder length bucket), the start state, and the encoder input."""
+        """Graph functions for streaming: one decoder step, the start state and the encoder input, each
+        traced once. Not XLA: a compilation costs seconds per encoder length on a CPU, which the first
+        streamed reply would wait for, while a step is a few milliseconds either way."""
         key = (settings.strategy, settings.no_repeat_ngram_size)
         if key not in self._step:
-            sampler, jit = sampler_for(settings), self.decoder.jit_compile
-            self._step[key] = tf.function(lambda s, o: self.decoder.step(s, o, sampler, settings.no_repeat_ngram_size),
-                                          jit_compile=jit)
+            sampler = sampler_for(settings)
+            self._step[key] = tf.function(lambda s, o: self.decoder.step(s, o, sampler, settings.no_repeat_ngram_size))
         if "start" not in self._step:
-            self._step["start"] = tf.function(self.decoder.start, jit_compile=self.decoder.jit_compile)
+            self._step["start"] = tf.function(self.decoder.start)
             self._step["encode"] = tf.function(self.decoder.encode_texts)
         return self._step[key], self._step["start"], self._step["encode"]
 
@@ -336,7 +336,7 @@ class Chatbot:
         """Cross-attention of a reply over the encoder input (the question, and the retrieved answers if
         the model reads them): tokens and weights (layers, heads, reply, encoder input)."""
         check_questions([text])
-        encoder_ids = self.decoder.encode_texts(tf.constant([text]), tf.constant(self.tone_ids(tone, 1)))
+        encoder_ids = self.decoder.encoder_ids(tf.constant([text]), tf.constant(self.tone_ids(tone, 1))).to_tensor()
         reply_ids = _trim(self.reply_ids([text], tone))[0] if reply is None else self.tokenizer.encode([reply])[0]
         decoder_ids = tf.constant([[START_ID, *reply_ids]], tf.int32)
         memory = self.model.encode(encoder_ids, training=False)

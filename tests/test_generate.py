@@ -116,6 +116,7 @@ def test_attention_shapes_and_rows_sum_to_one(tiny_bot):
     assert weights.shape == (model.num_layers, model.num_heads, len(result["reply_tokens"]),
                              len(result["question_tokens"]))
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    assert "<pad>" not in result["question_tokens"]  # the plot shows what the model read, not the XLA padding
 
 
 def test_bad_decoding_options_are_rejected(tiny_bot):
