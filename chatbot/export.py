@@ -16,7 +16,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from chatbot.generate import CachedDecoder, Chatbot
+from chatbot.decoding import CachedDecoder
+from chatbot.generate import Chatbot
 from chatbot.samplers import GreedySampler
 
 

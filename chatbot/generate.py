@@ -1,219 +1,27 @@
 """`Chatbot`: answering questions with a trained model, fast.
 
-Owns: composing the encoder input (question, tone token, retrieved answers; see `chatbot.retrieval`),
-cached, compiled decoding (the encoder runs once per request; each decoder step feeds one
-token and reuses the key/value cache; the whole reply is one `tf.function` with a while loop) with
-one step function for every sampler, streaming, batches, attention maps, and the naive
-full-recompute greedy decoder kept as the test oracle. Must not touch Gradio.
+Owns: the Python API over the compiled decoder (`chatbot.decoding.CachedDecoder`: the encoder runs
+once per request, each step feeds one token and reuses the key/value cache, the whole reply is one
+XLA-compiled loop): checking questions, tones and options, replies and batches, streaming, warm-up,
+attention maps, and the naive full-recompute greedy decoder kept as the test oracle.
+Must not touch Gradio.
 """
 
 from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Iterator
 
 import numpy as np
 import tensorflow as tf
 
 from chatbot.artifacts import load_model_dir
-from chatbot.config import MAX_QUESTION_CHARS, NO_CONTEXT, TONES, ChatbotConfig, ContextConfig, GenerationConfig
+from chatbot.config import MAX_QUESTION_CHARS, TONES, ChatbotConfig, GenerationConfig
+from chatbot.decoding import BATCH_BUCKETS, CachedDecoder, Options
 from chatbot.layers import padding_mask
-from chatbot.pipeline import encoder_inputs
-from chatbot.samplers import NEG_INF, Sampler, process_logits, sampler_for, suppress_special
-from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID, SEPARATOR_ID, START_ID, Tokenizer
-
-
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # batches are padded to these many rows (XLA shapes)
-
-
-class Options(NamedTuple):
-    """The decoding options that are tensors, so changing them never recompiles."""
-
-    steps: tf.Tensor  # new tokens at most: max_new_tokens, capped by the model's max_length
-    temperature: tf.Tensor
-    top_k: tf.Tensor
-    top_p: tf.Tensor
-    repetition_penalty: tf.Tensor
-    length_penalty: tf.Tensor
-    agreement: tf.Tensor
-    seed: tf.Tensor
-
-
-OPTIONS_SIGNATURE = Options(*(tf.TensorSpec([], dtype) for dtype in (
-    tf.int32, tf.float32, tf.int32, tf.float32, tf.float32, tf.float32, tf.float32, tf.int32)))
-
-
-class State(NamedTuple):
-    """The decoding loop's state. Rows are replies: `num_beams` per question (one unless beam search)."""
-
-    index: tf.Tensor  # position of the last written token
-    tokens: tf.Tensor  # (rows, max_length + 1): start token, reply, padding
-    finished: tf.Tensor  # (rows,) bool
-    seen: tf.Tensor  # (rows, vocab) bool: tokens already in the reply
-    scores: tf.Tensor  # (rows,) summed log-probability of each reply
-    self_cache: tf.Tensor
-    cross_cache: tf.Tensor
-    memory_mask: tf.Tensor
-
-
-class CachedDecoder:
-    """Compiled cached decoding over one model and tokenizer, shared by `Chatbot` and the SavedModel
-    export. One step function and one loop serve every sampler (see `chatbot.samplers.Sampler`).
-    With a `retriever`, the encoder also reads the answers of the nearest training questions."""
-
-    def __init__(self, model, tokenizer: Tokenizer, context: ContextConfig = NO_CONTEXT, retriever=None,
-                 jit_compile: bool = True):
-        self.model, self.tokenizer, self.context, self.retriever = model, tokenizer, context, retriever
-        if context.retrieved and retriever is None:
-            raise ValueError("this model reads retrieved answers: it needs its retrieval index")
-        self.max_length = model.max_length
-        self.jit_compile = jit_compile
-        # Few encoder lengths: a question alone fits in 16 tokens, most with a retrieved answer in 32.
-        # Each length and batch bucket costs one XLA compilation (seconds on a CPU).
-        self.length_buckets = tuple(b for b in (16, 32) if b < model.encoder_length) + (model.encoder_length,)
-        self._compiled, self._loops = {}, {}
-
-    def step_limit(self, max_new_tokens: int) -> int:
-        """How many tokens a reply may get: what was asked for, within the model's positions."""
-        return min(max_new_tokens, self.max_length)
-
-    def encoder_ids(self, texts, tones=None) -> tf.RaggedTensor:
-        """Strings (batch,) and tones (batch,) int (-1: none) -> encoder ids (batch, None), in the graph:
-        the question, its tone token if the model learned tones, and the retrieved answers."""
-        texts = tf.convert_to_tensor(texts, tf.string)
-        if tones is None or not self.context.tone:
-            tones = tf.fill(tf.shape(texts), -1)
-        context = None
-        if self.context.retrieved:
-            answers = self.retriever.nearest(texts, self.context.retrieved, tones)  # (batch, k)
-            context = tf.RaggedTensor.from_uniform_row_length(self.tokenizer.tokenize(tf.reshape(answers, [-1])),
-                                                              tf.shape(answers, out_type=tf.int64)[1])
-        return encoder_inputs(self.tokenizer.tokenize(texts), self.max_length, tones if self.context.tone else None,
-                              context, self.model.encoder_length)
-
-    def encode_texts(self, texts, tones=None):
-        """`encoder_ids` padded with 0 to a length bucket (`length_buckets`): (batch, src_len). A few
-        lengths cover every question, so XLA compiles the decoding loop a few times, not per question."""
-        ids = self.encoder_ids(texts, tones).to_tensor()
-        width = tf.shape(ids)[1]
-        return tf.pad(ids, [[0, 0], [0, bucket(width, self.length_buckets) - width]])
-
-    def start(self, encoder_ids, num_beams: int = 1) -> State:
-        """The state before the first step; each question's row repeated `num_beams` times, only the
-        first of them alive (the others start at -inf, so the first step does not pick one token twice)."""
-        encoder_ids = tf.repeat(encoder_ids, num_beams, axis=0)  # (rows, src_len)
-        memory = self.model.encode(encoder_ids, training=False)
-        self_cache, cross_cache = self.model.init_cache(memory)
-        rows = tf.shape(encoder_ids)[0]
-        tokens = tf.concat([tf.fill([rows, 1], START_ID), tf.fill([rows, self.max_length], PAD_ID)], axis=1)
-        scores = tf.where(tf.range(rows) % num_beams == 0, 0.0, NEG_INF)
-        seen = tf.zeros([rows, self.model.vocab_size], tf.bool)
-        return State(tf.constant(0), tokens, tf.zeros([rows], tf.bool), seen, scores, self_cache, cross_cache,
-                     padding_mask(encoder_ids))
-
-    def step(self, state: State, options: Options, sampler: Sampler, no_repeat_ngram_size: int) -> State:
-        """Feed the last token, let the sampler choose the next one, write it at index + 1."""
-        last = tf.gather(state.tokens, [state.index], axis=1)
-        logits, self_cache = self.model.decode_step(last, state.index, state.self_cache, state.cross_cache,
-                                                    state.memory_mask)
-        logits = process_logits(logits, state.tokens, state.index, state.seen, state.finished,
-                                options.repetition_penalty, no_repeat_ngram_size)
-        chosen, parents, scores = sampler.next(logits, state.scores, state.index, options)
-        state = state._replace(self_cache=self_cache)
-        if sampler.num_beams > 1:  # a new row may continue another row of its question: move the rows along
-            follow = lambda t: tf.gather(t, parents)  # noqa: E731
-            state = state._replace(tokens=follow(state.tokens), finished=follow(state.finished),
-                                   seen=follow(state.seen), self_cache=follow(state.self_cache))
-        seen = state.seen | tf.one_hot(chosen, self.model.vocab_size, on_value=True, off_value=False)
-        return state._replace(index=state.index + 1, tokens=_write(state.tokens, state.index + 1, chosen),
-                              finished=state.finished | (chosen == END_ID), seen=seen, scores=scores)
-
-    def decode(self, texts, options: Options, sampler: Sampler, no_repeat_ngram_size: int, tones=None):
-        """Strings (batch,) -> reply ids (batch, max_length), padded after the end token, in the graph.
-        Tokenizing and retrieval run here; the encoder pass and the whole loop run in `loop`, compiled
-        with XLA, on a batch padded to a bucket (`BATCH_BUCKETS`) so a few shapes cover every batch size."""
-        encoder_ids = self.encode_texts(texts, tones)
-        batch = tf.shape(encoder_ids)[0]
-        padded = tf.pad(encoder_ids, [[0, bucket(batch, BATCH_BUCKETS) - batch], [0, 0]])
-        return self.loop(sampler, no_repeat_ngram_size)(padded, options)[:batch]
-
-    def loop(self, sampler: Sampler, no_repeat_ngram_size: int):
-        """The compiled `decode_ids` for one sampler and n-gram size (made once, then reused)."""
-        key = (type(sampler).__name__, sampler.num_beams, no_repeat_ngram_size)
-        if key not in self._loops:
-            self._loops[key] = tf.function(lambda ids, options: self.decode_ids(ids, options, sampler,
-                                                                                no_repeat_ngram_size),
-                                           jit_compile=self.jit_compile)
-        return self._loops[key]
-
-    def decode_ids(self, encoder_ids, options: Options, sampler: Sampler, no_repeat_ngram_size: int):
-        """Encoder ids (batch, src_len) -> reply ids (batch, max_length): the encoder once, then the loop."""
-        state = self.start(encoder_ids, sampler.num_beams)
-        state = tf.while_loop(
-            lambda s: (s.index < options.steps) & ~tf.reduce_all(s.finished),
-            lambda s: (self.step(s, options, sampler, no_repeat_ngram_size),),
-            (state,), maximum_iterations=self.max_length)[0]
-        replies = state.tokens[:, 1:]
-        if sampler.num_beams == 1:
-            return replies
-        replies = tf.reshape(replies, [-1, sampler.num_beams, self.max_length])  # (batch, beams, max_length)
-        lengths = tf.reduce_sum(tf.cast(replies != PAD_ID, tf.float32), axis=-1)
-        scores = tf.reshape(state.scores, [-1, sampler.num_beams])
-        normalised = scores / tf.maximum(lengths, 1.0) ** options.length_penalty
-        normalised += options.agreement * agreement(replies, encoder_ids)
-        return tf.gather(replies, tf.argmax(normalised, axis=-1, output_type=tf.int32), batch_dims=1)
-
-    def warm_up(self, settings: GenerationConfig, options: Options, rows=BATCH_BUCKETS[:6]) -> None:
-        """Compile the decoding loop for `settings` now, for every encoder length bucket and these batch
-        buckets, so that no request waits for a compilation later."""
-        loop = self.loop(sampler_for(settings), settings.no_repeat_ngram_size)
-        for length in self.length_buckets:
-            for count in rows:
-                loop(tf.zeros([count, length], tf.int32), options)
-
-    def generate(self, texts, options: Options, settings: GenerationConfig, tones):
-        """Reply ids (batch, max_length) and reply strings (batch,) from one compiled call per
-        (strategy, beam width, n-gram size): detokenizing runs in the graph too."""
-        key = (settings.strategy, settings.num_beams if settings.strategy == "beam" else 0,
-               settings.no_repeat_ngram_size)
-        if key not in self._compiled:
-            sampler = sampler_for(settings)
-
-            def generate(texts, options, tones):
-                ids = self.decode(texts, options, sampler, settings.no_repeat_ngram_size, tones)
-                return ids, self.tokenizer.detokenize(ids)
-
-            self._compiled[key] = tf.function(generate, input_signature=[
-                tf.TensorSpec([None], tf.string), OPTIONS_SIGNATURE, tf.TensorSpec([None], tf.int32)])
-        return self._compiled[key](tf.constant(texts, tf.string), options, tf.constant(tones, tf.int32))
-
-
-def agreement(replies, encoder_ids):
-    """Token F1 between each candidate reply (batch, beams, length) and the retrieved answers on its
-    encoder input (batch, src_len: the tokens after the first separator), as a set of tokens:
-    (batch, beams) in [0, 1]; 0 where the input holds no retrieved answer."""
-    context = encoder_ids * tf.cast(tf.cumsum(tf.cast(encoder_ids == SEPARATOR_ID, tf.int32), axis=1) > 0, tf.int32)
-    in_context = (context >= NUM_SPECIAL)[:, None, :]  # (batch, 1, src_len)
-    in_reply = replies >= NUM_SPECIAL  # (batch, beams, length)
-    same = (replies[..., :, None] == context[:, None, None, :]) & in_reply[..., None] & in_context[:, :, None]
-    found = tf.reduce_sum(tf.cast(tf.reduce_any(same, axis=-1), tf.float32), axis=-1)  # reply tokens in the context
-    recalled = tf.reduce_sum(tf.cast(tf.reduce_any(same, axis=-2), tf.float32), axis=-1)  # context tokens in the reply
-    precision = found / tf.maximum(tf.reduce_sum(tf.cast(in_reply, tf.float32), axis=-1), 1.0)
-    recall = recalled / tf.maximum(tf.reduce_sum(tf.cast(in_context, tf.float32), axis=-1), 1.0)
-    return 2 * precision * recall / tf.maximum(precision + recall, 1e-9)
-
-
-def bucket(size, buckets):
-    """The smallest of `buckets` (ascending) that holds `size`, in the graph; a larger size stays as it is."""
-    buckets = tf.constant(buckets)
-    return tf.maximum(tf.reduce_min(tf.where(buckets >= size, buckets, buckets[-1])), size)
-
-
-def _write(tokens, position, values):
-    """tokens[:, position] = values, in a form XLA compiles (no dynamic scatter)."""
-    column = tf.range(tf.shape(tokens)[1])[None] == position
-    return tf.where(column, values[:, None], tokens)
+from chatbot.samplers import sampler_for, suppress_special
+from chatbot.tokenizer import END_ID, PAD_ID, START_ID, Tokenizer
 
 
 class Chatbot:

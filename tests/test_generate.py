@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from chatbot.generate import BATCH_BUCKETS, Chatbot, bucket
+from chatbot.decoding import BATCH_BUCKETS, bucket
+from chatbot.generate import Chatbot
 from chatbot.samplers import GreedySampler
 from chatbot.tokenizer import END_ID, NUM_SPECIAL
 from conftest import TINY_PAIRS
@@ -168,7 +169,7 @@ def test_warm_up_runs_every_bucket_and_changes_no_reply(tiny_model_dir, tiny_bot
 def test_agreement_is_the_token_f1_with_the_retrieved_answers():
     import tensorflow as tf
 
-    from chatbot.generate import agreement
+    from chatbot.decoding import agreement
     from chatbot.tokenizer import SEPARATOR_ID
 
     encoder = tf.constant([[1, 20, 21, 2, SEPARATOR_ID, 30, 31, 32, 33, 0],   # retrieved answer 30 31 32 33
