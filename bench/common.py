@@ -1,9 +1,10 @@
-"""What the benchmarks share: the project root on `sys.path`, the default data file, and the
-tokenized pairs the training benchmarks start from.
+"""What the benchmarks share: the project root on `sys.path`, the default data file, the
+tokenized pairs the training benchmarks start from, and how a `--decode` setting is read.
 
 Scripts run as `python bench/<name>.py`, so this directory is on `sys.path` and `import common` works.
 """
 
+import json
 import sys
 from pathlib import Path
 
@@ -25,3 +26,12 @@ def tokenized_pairs(path, vocab_size: int):
     questions, answers = [p.question for p in pairs], [p.answer for p in pairs]
     tokenizer = Tokenizer.train(questions + answers, vocab_size)
     return pairs, tokenizer, tokenizer.tokenize(questions), tokenizer.tokenize(answers)
+
+
+def parse_decode(text: str) -> dict:
+    """A decoding setting written as `name=value,...` ("strategy=beam,num_beams=4"; "" is greedy) as options."""
+    options = {}
+    for item in filter(None, text.split(",")):
+        name, _, value = item.partition("=")
+        options[name] = value if name == "strategy" else json.loads(value)
+    return options

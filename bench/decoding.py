@@ -14,7 +14,7 @@ import argparse
 import time
 from pathlib import Path
 
-from common import ROOT
+from common import ROOT, parse_decode
 
 ROWS = ["", "no_repeat_ngram_size=3", "repetition_penalty=1.2", "strategy=sample,top_p=0.9,temperature=0.8,seed=0",
         "strategy=beam,num_beams=4", "strategy=beam,num_beams=4,length_penalty=1.2",
@@ -30,14 +30,6 @@ def parse_args():
     parser.add_argument("--decode", action="append", metavar="K=V,...",
                         help="a decoding setting to score (repeatable; \"\" is greedy); default: a set of rows")
     return parser.parse_args()
-
-
-def parse_decode(text: str) -> dict:
-    options = {}
-    for item in filter(None, text.split(",")):
-        name, value = item.split("=")
-        options[name] = value if name == "strategy" else float(value) if "." in value else int(value)
-    return options
 
 
 def main():

@@ -34,7 +34,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from common import SHARED_DATA
+from common import SHARED_DATA, parse_decode
 
 MAX_LENGTH = 40
 
@@ -230,7 +230,7 @@ def run_ours(train_pairs, test, budget_min, out_dir, settings, decodes):
     label = "ours" + "".join(f" {s}" for s in settings)
     rows = []
     for decode in decodes:
-        options = dict(parse_decode(decode))
+        options = parse_decode(decode)
         rows.append(score(f"{label} [{config.train.select}] {decode or 'greedy'}",
                           reply_all(bot, test, options), test, out_dir, info))
     for name, path in weights.items():
@@ -238,12 +238,6 @@ def run_ours(train_pairs, test, budget_min, out_dir, settings, decodes):
             bot.model.load_weights(str(path))
             rows.append(score(f"{label} [select {name}] greedy", reply_all(bot, test, {}), test, out_dir, info))
     return rows
-
-
-def parse_decode(text: str):
-    for item in filter(None, text.split(",")):
-        key, _, value = item.partition("=")
-        yield key, value if key == "strategy" else json.loads(value)
 
 
 def reply_all(bot, test, options):

@@ -32,7 +32,8 @@ class Chatbot:
         self.model, self.tokenizer, self.config, self.path = model, tokenizer, config, path
         self.retriever = retriever
         self.decoder = CachedDecoder(model, tokenizer, config.context, retriever)
-        self._step = {}
+        self._step = {}  # streaming: one traced step function per (strategy, n-gram size)
+        self._start, self._encode = tf.function(self.decoder.start), tf.function(self.decoder.encode_texts)
         self._seeds = random.Random()  # its own: code that reseeds Python's `random` (training) leaves it alone
 
     @classmethod
@@ -135,10 +136,7 @@ class Chatbot:
         if key not in self._step:
             sampler = sampler_for(settings)
             self._step[key] = tf.function(lambda s, o: self.decoder.step(s, o, sampler, settings.no_repeat_ngram_size))
-        if "start" not in self._step:
-            self._step["start"] = tf.function(self.decoder.start)
-            self._step["encode"] = tf.function(self.decoder.encode_texts)
-        return self._step[key], self._step["start"], self._step["encode"]
+        return self._step[key], self._start, self._encode
 
     def attention(self, text: str, reply: str | None = None, tone=None) -> dict:
         """Cross-attention of a reply over the encoder input (the question, and the retrieved answers if

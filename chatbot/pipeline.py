@@ -51,13 +51,12 @@ def fits(answer_ids: tf.RaggedTensor, max_length: int) -> np.ndarray:
     return (answer_ids.row_lengths() + 1 <= max_length).numpy()
 
 
-def bucketed_batch_count(lengths: np.ndarray, boundaries: list[int], batch_sizes: int | list[int]) -> int:
+def bucketed_batch_count(lengths: np.ndarray, boundaries: list[int], batch_sizes: list[int]) -> int:
     """Batches `bucket_by_sequence_length` makes from sequences of these lengths: bucket i holds
-    lengths in [boundaries[i-1], boundaries[i]), and each bucket ends with one partial batch.
-    `batch_sizes`: one for every bucket, or one per bucket (len(boundaries) + 1)."""
+    lengths in [boundaries[i-1], boundaries[i]) in batches of `batch_sizes[i]` (one per bucket,
+    len(boundaries) + 1), and each bucket ends with one partial batch."""
     per_bucket = np.bincount(np.searchsorted(boundaries, lengths, side="right"), minlength=len(boundaries) + 1)
-    sizes = batch_sizes if isinstance(batch_sizes, list) else [batch_sizes] * len(per_bucket)
-    return int(sum(-(-count // size) for count, size in zip(per_bucket, sizes)))
+    return int(sum(-(-count // size) for count, size in zip(per_bucket, batch_sizes)))
 
 
 def bucket_batch_sizes(boundaries: list[int], batch_size: int, batch_tokens: int = 0) -> list[int]:

@@ -24,14 +24,15 @@ class _Request:
     tone: object
     decoding: dict
     reply: Future = dataclasses.field(default_factory=Future)
+    key: tuple = dataclasses.field(init=False)
 
-    def key(self) -> tuple:
+    def __post_init__(self):
         """Requests with equal keys decode as one batch. A seed only matters to sampling, and only
         when it was asked for: other requests share a batch whatever their seed."""
         settings = GenerationConfig(**self.decoding)
         if settings.strategy != "sample" or settings.seed is None:
             settings = dataclasses.replace(settings, seed=None)
-        return id(self.bot), self.tone, settings
+        self.key = (id(self.bot), self.tone, settings)
 
 
 class ReplyBatcher:
@@ -48,8 +49,8 @@ class ReplyBatcher:
         self.batches: list[int] = []  # the size of every batch decoded so far (for tests and benchmarks)
 
     def reply(self, bot, question: str, tone=None, **decoding) -> str:
-        request = _Request(bot, question, tone, decoding)
         bot.check(tone, **decoding)  # a refused option fails here, in the caller's thread, before it joins a batch
+        request = _Request(bot, question, tone, decoding)
         with self._lock:
             self._waiting.append(request)
             lead, self._busy = not self._busy, True
@@ -64,9 +65,11 @@ class ReplyBatcher:
                 if not self._waiting:
                     self._busy = False
                     return
-                first = self._waiting[0].key()
-                batch = [r for r in self._waiting if r.key() == first][: self.max_batch_size]
-                self._waiting = [r for r in self._waiting if not any(r is b for b in batch)]
+                batch, rest = [], []
+                for request in self._waiting:
+                    fits = request.key == self._waiting[0].key and len(batch) < self.max_batch_size
+                    (batch if fits else rest).append(request)
+                self._waiting = rest
             self._decode(batch)
 
     def _decode(self, batch: list[_Request]) -> None:
