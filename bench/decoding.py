@@ -16,10 +16,12 @@ from pathlib import Path
 
 from common import ROOT, parse_decode
 
-ROWS = ["", "no_repeat_ngram_size=3", "repetition_penalty=1.2", "strategy=sample,top_p=0.9,temperature=0.8,seed=0",
-        "strategy=beam,num_beams=4", "strategy=beam,num_beams=4,length_penalty=1.2",
-        "strategy=beam,num_beams=4,agreement=4", "strategy=beam,num_beams=8",
-        "strategy=beam,num_beams=8,agreement=4", "strategy=beam,num_beams=8,agreement=8"]
+# "" is the default decoding (greedy, then 8 retrieved answers weighed against the reply); candidates=0
+# is the model's own reply alone.
+ROWS = ["candidates=0", "no_repeat_ngram_size=3,candidates=0", "repetition_penalty=1.2,candidates=0",
+        "strategy=sample,top_p=0.9,temperature=0.8,seed=0,candidates=0", "strategy=beam,num_beams=4,candidates=0",
+        "strategy=beam,num_beams=8,agreement=4,candidates=0", "", "candidates=4", "candidates=16",
+        "strategy=beam,num_beams=8,agreement=4"]
 
 
 def parse_args():
@@ -28,7 +30,7 @@ def parse_args():
     parser.add_argument("--model", default=str(ROOT / "models" / "default"))
     parser.add_argument("--questions", type=int, default=600, help="held-out questions to ask (default: 600)")
     parser.add_argument("--decode", action="append", metavar="K=V,...",
-                        help="a decoding setting to score (repeatable; \"\" is greedy); default: a set of rows")
+                        help="a decoding setting to score (repeatable; \"\" is the default); default: a set of rows")
     return parser.parse_args()
 
 
@@ -67,7 +69,7 @@ def main():
         start, replies = time.perf_counter(), []
         for first in range(0, len(questions), 64):
             replies += bot.reply_batch(questions[first:first + 64], **options)
-        show(row or "greedy", replies, (time.perf_counter() - start) * 1000 / len(questions))
+        show(row or "default (greedy, candidates=8)", replies, (time.perf_counter() - start) * 1000 / len(questions))
 
 
 if __name__ == "__main__":

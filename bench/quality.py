@@ -20,6 +20,10 @@ distinct-1/2 (see chatbot/evaluate.py). Replies of every row go to --out as CSV.
     python bench/quality.py --budget-min 35                        # the full comparison
     python bench/quality.py --budget-min 8 --only ours --set train.label_smoothing=0.1
     python bench/quality.py --only ours --decode strategy=beam,num_beams=4,length_penalty=1.2
+    python bench/quality.py --only ours --model /tmp/quality-xyz/model --decode candidates=0 --decode ""
+
+`--model` scores more decoding variants of a (c) that an earlier run trained (it prints where the model
+is; its training minutes are kept beside it in budget.json), without training again.
 """
 
 import argparse
@@ -201,13 +205,18 @@ def apply_overrides(config, settings: list[str]):
     return config
 
 
-def run_ours(train_pairs, test, budget_min, out_dir, settings, decodes):
+def run_ours(train_pairs, test, budget_min, out_dir, settings, decodes, trained=None):
     import keras
 
     from chatbot.config import ChatbotConfig
     from chatbot.generate import Chatbot
     from chatbot.train import train
 
+    if trained:
+        model_dir = Path(trained)
+        budget_file = model_dir.parent / "budget.json"
+        info = json.loads(budget_file.read_text()) if budget_file.is_file() else {}
+        return score_ours(Chatbot.load(model_dir), test, out_dir, settings, decodes, info, {})
     config = apply_overrides(ChatbotConfig(), settings)
     config = dataclasses.replace(config, train=dataclasses.replace(config.train, epochs=10_000))
     model_dir = Path(tempfile.mkdtemp(prefix="quality-")) / "model"
@@ -224,19 +233,25 @@ def run_ours(train_pairs, test, budget_min, out_dir, settings, decodes):
                                                      save_weights_only=True))
     train(train_pairs, config, model_dir, callbacks=extra, verbose=0, log=lambda *_: None)
     info = {"epochs": budget.epochs, "train_min": budget.spent()}
+    (model_dir.parent / "budget.json").write_text(json.dumps(info))
     history = (model_dir / "history.csv").read_text(encoding="utf-8").splitlines()
     print(f"  ours: {len(history) - 1} epochs; history in {model_dir / 'history.csv'}", flush=True)
-    bot = Chatbot.load(model_dir)
+    return score_ours(Chatbot.load(model_dir), test, out_dir, settings, decodes, info, weights)
+
+
+def score_ours(bot, test, out_dir, settings, decodes, info, weights):
+    """Rows of (c): each decoding variant, then greedy replies of the other kept weights, if any."""
     label = "ours" + "".join(f" {s}" for s in settings)
     rows = []
     for decode in decodes:
         options = parse_decode(decode)
-        rows.append(score(f"{label} [{config.train.select}] {decode or 'greedy'}",
+        rows.append(score(f"{label} [{bot.config.train.select}] {decode or 'default'}",
                           reply_all(bot, test, options), test, out_dir, info))
     for name, path in weights.items():
         if path.is_file():
             bot.model.load_weights(str(path))
-            rows.append(score(f"{label} [select {name}] greedy", reply_all(bot, test, {}), test, out_dir, info))
+            rows.append(score(f"{label} [select {name}] greedy", reply_all(bot, test, {"candidates": 0}), test,
+                              out_dir, info))
     return rows
 
 
@@ -260,7 +275,10 @@ def parse_args():
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                         help="override a setting of (c), e.g. train.label_smoothing=0.1 (repeatable)")
     parser.add_argument("--decode", action="append", default=None, metavar="K=V,...",
-                        help="decoding variants of (c), e.g. strategy=beam,num_beams=4 (repeatable; default greedy)")
+                        help="decoding variants of (c), e.g. strategy=beam,num_beams=4 (repeatable; \"\" is the "
+                             "default decoding, the default row)")
+    parser.add_argument("--model", default=None, metavar="DIR",
+                        help="score (c) with a model an earlier run trained instead of training one")
     parser.add_argument("--out", default="bench/quality_replies", help="folder for the replies of every row")
     parser.add_argument("--results", default=None, help="append the rows as JSON lines to this file")
     return parser.parse_args()
@@ -284,7 +302,7 @@ def main():
         replies, info = run_tutorial(train, test, args.budget_min, args.out)
         rows.append(score("(a) tutorial recipe", replies, test, args.out, info))
     if args.only in ("all", "ours"):
-        rows += run_ours(train, test, args.budget_min, args.out, args.set, args.decode or [""])
+        rows += run_ours(train, test, args.budget_min, args.out, args.set, args.decode or [""], args.model)
     if args.results:
         with open(args.results, "a", encoding="utf-8") as file:
             for row in rows:

@@ -6,14 +6,17 @@ the training answer closest to it (TF-IDF over character bigrams, the retrieval 
 the answers instead of the questions). Prints, per asked tone, how often the vote agrees, beside the
 rate a tone-blind model would get (the share of that label among training answers).
 
-    python bench/tone.py [--model models/default] [--questions 300]
+    python bench/tone.py [--model models/default] [--questions 300] [--decode candidates=0]
+
+A reply that is a retrieved training answer (the default decoding weighs 8 of them against the
+generated reply) votes for its own label: the rate then says how often the asked tone's answers win.
 """
 
 import argparse
 from collections import Counter
 from pathlib import Path
 
-from common import ROOT
+from common import ROOT, parse_decode
 
 
 def parse_args():
@@ -21,6 +24,8 @@ def parse_args():
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--model", default=str(ROOT / "models" / "default"))
     parser.add_argument("--questions", type=int, default=300, help="held-out questions to ask (default: 300)")
+    parser.add_argument("--decode", default="", metavar="K=V,...",
+                        help="decoding options, e.g. candidates=0 for the model's own replies (default: the default)")
     return parser.parse_args()
 
 
@@ -48,12 +53,12 @@ def main():
     by_answer = Retriever([QAPair(p.answer, str(p.label), None) for p in labelled])
     shares = Counter(p.label for p in labelled)
     print(f"model: {args.model}; {len(questions)} held-out questions; nearest-answer vote over "
-          f"{len(labelled)} labelled training answers")
+          f"{len(labelled)} labelled training answers; decoding: {args.decode or 'default'}")
     print(f"{'asked tone':12s} {'agrees':>7s} {'tone-blind':>10s}")
     for tone, name in enumerate(TONES):
         replies = []
         for first in range(0, len(questions), 64):
-            replies += bot.reply_batch(questions[first:first + 64], tone=name)
+            replies += bot.reply_batch(questions[first:first + 64], tone=name, **parse_decode(args.decode))
         votes = [int(label) for label in by_answer.nearest(tf.constant(replies), 1).numpy()[:, 0]]
         agree = sum(vote == tone for vote in votes) / len(votes)
         print(f"{name:12s} {agree:7.1%} {shares[tone] / len(labelled):10.1%}")

@@ -131,6 +131,7 @@ def _check_seed(seed) -> None:
 
 STRATEGIES = ("greedy", "beam", "sample")  # chatbot.samplers has a sampler for each
 MAX_BEAMS = 8  # each beam width compiles (and keeps) its own decoding function
+MAX_CANDIDATES = 16  # retrieved answers weighed against the generated reply; each count compiles its own loop
 MAX_QUESTION_CHARS = 1000  # longer questions are refused: the model reads max_length tokens anyway
 # (lowest, highest) for every decoding option that is a number; a float must also be finite.
 GENERATION_BOUNDS = {
@@ -138,6 +139,7 @@ GENERATION_BOUNDS = {
     "num_beams": (1, MAX_BEAMS),
     "length_penalty": (-10.0, 10.0),
     "agreement": (0.0, 100.0),
+    "candidates": (0, MAX_CANDIDATES),
     "temperature": (0.01, 100.0),
     "top_k": (0, INT32_MAX),
     "top_p": (0.0, 1.0),  # and above 0: checked on its own
@@ -160,6 +162,10 @@ class GenerationConfig:
     agreement: float = field(default=0.0, metadata={
         "help": "beam search: add this times the reply's word overlap (token F1) with the retrieved answers "
                 "to its score (0: off; needs a model that reads retrieved answers)"})
+    candidates: int = field(default=8, metadata={
+        "help": "also weigh the answers of this many nearest training questions against the generated reply "
+                "and answer with the one that the model and those answers agree on most (0: off; used by "
+                "models that read retrieved answers)"})
     temperature: float = field(default=1.0, metadata={"help": "for --strategy sample; higher is more random"})
     top_k: int = field(default=0, metadata={"help": "sample among the k likeliest tokens (0: all)"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass (1.0: off)"})

@@ -2,8 +2,8 @@
 
 Owns: `CachedDecoder` (composing the encoder input in the graph, padding batches and encoder inputs
 to a few bucket shapes, the encoder pass and the whole `tf.while_loop` compiled with XLA, beam
-ranking with the optional `agreement` rescoring), the decoding options as tensors (`Options`) and
-the loop's `State`. Tokenizing, retrieval and detokenizing stay outside the XLA part, in plain
+ranking with the optional `agreement` rescoring, and `rerank`: the generated reply weighed against
+the retrieved answers), the decoding options as tensors (`Options`) and the loop's `State`. Tokenizing, retrieval and detokenizing stay outside the XLA part, in plain
 `tf.function`s, since XLA cannot compile string ops. Must not know about Python-side strings,
 seeds or user errors: that is `chatbot.generate.Chatbot`'s job.
 """
@@ -22,6 +22,12 @@ from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID, SEPARATOR_ID, START_I
 
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # batches are padded to these many rows (XLA shapes)
+# `rerank`'s weights, chosen on 300 held-out questions of the default model's validation split and
+# checked on the other 300 (BENCHMARKS.md): score = mean log-probability of the candidate under the
+# model + SIMILARITY_WEIGHT * its question's retrieval score (0 for the generated reply) +
+# CONSENSUS_WEIGHT * its word overlap with the other retrieved answers, weighted by their scores.
+SIMILARITY_WEIGHT = 1.0
+CONSENSUS_WEIGHT = 8.0
 
 
 class Options(NamedTuple):
@@ -126,26 +132,58 @@ class CachedDecoder:
         return state._replace(index=state.index + 1, tokens=_write(state.tokens, state.index + 1, chosen),
                               finished=state.finished | (chosen == END_ID), seen=seen, scores=scores)
 
-    def decode(self, texts, options: Options, sampler: Sampler, no_repeat_ngram_size: int, tones=None):
+    def candidate_count(self, candidates: int) -> int:
+        """How many retrieved answers `rerank` weighs for a `candidates` setting (none without an index)."""
+        return 0 if self.retriever is None else min(candidates, len(self.retriever))
+
+    def retrieved_candidates(self, texts, tones, count: int):
+        """The answers of the `count` nearest training questions as reply ids (batch, count', max_length),
+        each ended by the end token as a decoded reply is, and their retrieval scores (batch, count')."""
+        texts = tf.convert_to_tensor(texts, tf.string)
+        count = self.candidate_count(count)
+        if not count:
+            return tf.zeros([tf.shape(texts)[0], 0, self.max_length], tf.int32), tf.zeros([tf.shape(texts)[0], 0])
+        if tones is None or not self.context.tone:
+            tones = tf.fill(tf.shape(texts), -1)
+        answers, scores = self.retriever.ranked(texts, count, tones)
+        ids = self.tokenizer.tokenize(tf.reshape(answers, [-1]))[:, :self.max_length - 1]
+        ids = tf.concat([ids, tf.fill([ids.nrows(), 1], tf.constant(END_ID, ids.dtype))], axis=1)
+        ids = tf.cast(ids.to_tensor(shape=[None, self.max_length]), tf.int32)
+        return tf.reshape(ids, [-1, count, self.max_length]), scores
+
+    def decode(self, texts, options: Options, sampler: Sampler, no_repeat_ngram_size: int, tones=None,
+               candidates: int = 0):
         """Strings (batch,) -> reply ids (batch, max_length), padded after the end token, in the graph.
         Tokenizing and retrieval run here; the encoder pass and the whole loop run in `loop`, compiled
-        with XLA, on a batch padded to a bucket (`BATCH_BUCKETS`) so a few shapes cover every batch size."""
+        with XLA, on a batch padded to a bucket (`BATCH_BUCKETS`) so a few shapes cover every batch size.
+        `candidates` > 0: the reply is `rerank`'s choice among the generated one and that many retrieved answers."""
         encoder_ids = self.encode_texts(texts, tones)
+        retrieved, scores = self.retrieved_candidates(texts, tones, candidates)
         batch = tf.shape(encoder_ids)[0]
-        padded = tf.pad(encoder_ids, [[0, bucket(batch, BATCH_BUCKETS) - batch], [0, 0]])
-        return self.loop(sampler, no_repeat_ngram_size)(padded, options)[:batch]
+        pad = lambda t: tf.pad(t, [[0, bucket(batch, BATCH_BUCKETS) - batch]] + [[0, 0]] * (t.shape.rank - 1))  # noqa: E731
+        return self.loop(sampler, no_repeat_ngram_size)(pad(encoder_ids), pad(retrieved), pad(scores), options)[:batch]
 
     def loop(self, sampler: Sampler, no_repeat_ngram_size: int):
         """The compiled `decode_ids` for one sampler and n-gram size (made once, then reused)."""
         key = (type(sampler).__name__, sampler.num_beams, no_repeat_ngram_size)
         if key not in self._loops:
-            self._loops[key] = tf.function(lambda ids, options: self.decode_ids(ids, options, sampler,
-                                                                                no_repeat_ngram_size),
-                                           jit_compile=self.jit_compile)
+            self._loops[key] = tf.function(
+                lambda ids, retrieved, scores, options: self.decode_ids(ids, options, sampler, no_repeat_ngram_size,
+                                                                        retrieved, scores),
+                jit_compile=self.jit_compile)
         return self._loops[key]
 
-    def decode_ids(self, encoder_ids, options: Options, sampler: Sampler, no_repeat_ngram_size: int):
-        """Encoder ids (batch, src_len) -> reply ids (batch, max_length): the encoder once, then the loop."""
+    def decode_ids(self, encoder_ids, options: Options, sampler: Sampler, no_repeat_ngram_size: int,
+                   retrieved=None, scores=None):
+        """Encoder ids (batch, src_len) -> reply ids (batch, max_length): the encoder once, then the loop;
+        then, given retrieved answers (batch, k, max_length) and their scores (batch, k), `rerank`."""
+        replies = self.generated_ids(encoder_ids, options, sampler, no_repeat_ngram_size)
+        if retrieved is None or retrieved.shape[1] == 0:
+            return replies
+        return self.rerank(encoder_ids, replies, retrieved, scores, options)
+
+    def generated_ids(self, encoder_ids, options: Options, sampler: Sampler, no_repeat_ngram_size: int):
+        """The model's own reply (batch, max_length): the sampler's, or the best-ranked beam."""
         state = self.start(encoder_ids, sampler.num_beams)
         state = tf.while_loop(
             lambda s: (s.index < options.steps) & ~tf.reduce_all(s.finished),
@@ -161,24 +199,53 @@ class CachedDecoder:
         normalised += options.agreement * agreement(replies, encoder_ids)
         return tf.gather(replies, tf.argmax(normalised, axis=-1, output_type=tf.int32), batch_dims=1)
 
+    def rerank(self, encoder_ids, replies, retrieved, scores, options: Options):
+        """Choose each question's reply among its generated one (batch, max_length) and its retrieved
+        answers (batch, k, max_length) (Song et al. 2016: generate, then rerank generated and retrieved):
+        the model's mean log-probability of each candidate given the encoder input, plus the retrieval
+        score, plus the candidate's overlap with the other retrieved answers (answers that recur among
+        the neighbours are likelier right). A retrieved answer longer than `options.steps` is left out."""
+        candidates = tf.concat([replies[:, None], retrieved], axis=1)  # (batch, 1 + k, max_length)
+        count, k = candidates.shape[1], retrieved.shape[1]
+        flat = tf.reshape(candidates, [-1, self.max_length])
+        decoder_inputs = tf.concat([tf.fill([tf.shape(flat)[0], 1], START_ID), flat[:, :-1]], axis=1)
+        memory = tf.repeat(self.model.encode(encoder_ids, training=False), count, axis=0)
+        logits = self.model.decode(decoder_inputs, memory, padding_mask(tf.repeat(encoder_ids, count, axis=0)),
+                                   training=False)
+        log_probs = tf.gather(tf.nn.log_softmax(tf.cast(logits, tf.float32)), flat, axis=-1, batch_dims=2)
+        real = tf.cast(flat != PAD_ID, tf.float32)
+        likelihood = tf.reshape(tf.reduce_sum(log_probs * real, -1) / tf.maximum(tf.reduce_sum(real, -1), 1.0),
+                                [-1, count])
+        weights = tf.maximum(scores, 0.0)[:, None, :] * tf.cast(
+            ~tf.concat([tf.zeros([1, k], tf.bool), tf.eye(k, dtype=tf.bool)], axis=0), tf.float32)[None]
+        consensus = (tf.reduce_sum(weights * token_f1(candidates, retrieved), axis=-1)
+                     / tf.maximum(tf.reduce_sum(weights, axis=-1), 1e-9))  # (batch, 1 + k), itself left out
+        total = (likelihood + SIMILARITY_WEIGHT * tf.concat([tf.zeros_like(scores[:, :1]), scores], axis=1)
+                 + CONSENSUS_WEIGHT * consensus)
+        fits = tf.reduce_sum(tf.cast(candidates >= NUM_SPECIAL, tf.int32), axis=-1) <= options.steps
+        total = tf.where(fits | (tf.range(count) == 0)[None], total, NEG_INF)
+        return tf.gather(candidates, tf.argmax(total, axis=-1, output_type=tf.int32), batch_dims=1)
+
     def warm_up(self, settings: GenerationConfig, options: Options, rows=BATCH_BUCKETS[:6]) -> None:
         """Compile the decoding loop for `settings` now, for every encoder length bucket and these batch
         buckets, so that no request waits for a compilation later."""
         loop = self.loop(sampler_for(settings), settings.no_repeat_ngram_size)
+        k = self.candidate_count(settings.candidates)
         for length in self.length_buckets:
             for count in rows:
-                loop(tf.zeros([count, length], tf.int32), options)
+                loop(tf.zeros([count, length], tf.int32), tf.zeros([count, k, self.max_length], tf.int32),
+                     tf.zeros([count, k]), options)
 
     def generate(self, texts, options: Options, settings: GenerationConfig, tones):
         """Reply ids (batch, max_length) and reply strings (batch,) from one compiled call per
         (strategy, beam width, n-gram size): detokenizing runs in the graph too."""
         key = (settings.strategy, settings.num_beams if settings.strategy == "beam" else 0,
-               settings.no_repeat_ngram_size)
+               settings.no_repeat_ngram_size, self.candidate_count(settings.candidates))
         if key not in self._compiled:
             sampler = sampler_for(settings)
 
             def generate(texts, options, tones):
-                ids = self.decode(texts, options, sampler, settings.no_repeat_ngram_size, tones)
+                ids = self.decode(texts, options, sampler, settings.no_repeat_ngram_size, tones, settings.candidates)
                 return ids, self.tokenizer.detokenize(ids)
 
             self._compiled[key] = tf.function(generate, input_signature=[
@@ -188,16 +255,22 @@ class CachedDecoder:
 
 def agreement(replies, encoder_ids):
     """Token F1 between each candidate reply (batch, beams, length) and the retrieved answers on its
-    encoder input (batch, src_len: the tokens after the first separator), as a set of tokens:
-    (batch, beams) in [0, 1]; 0 where the input holds no retrieved answer."""
+    encoder input (batch, src_len: the tokens after the first separator): (batch, beams) in [0, 1];
+    0 where the input holds no retrieved answer."""
     context = encoder_ids * tf.cast(tf.cumsum(tf.cast(encoder_ids == SEPARATOR_ID, tf.int32), axis=1) > 0, tf.int32)
-    in_context = (context >= NUM_SPECIAL)[:, None, :]  # (batch, 1, src_len)
-    in_reply = replies >= NUM_SPECIAL  # (batch, beams, length)
-    same = (replies[..., :, None] == context[:, None, None, :]) & in_reply[..., None] & in_context[:, :, None]
-    found = tf.reduce_sum(tf.cast(tf.reduce_any(same, axis=-1), tf.float32), axis=-1)  # reply tokens in the context
-    recalled = tf.reduce_sum(tf.cast(tf.reduce_any(same, axis=-2), tf.float32), axis=-1)  # context tokens in the reply
-    precision = found / tf.maximum(tf.reduce_sum(tf.cast(in_reply, tf.float32), axis=-1), 1.0)
-    recall = recalled / tf.maximum(tf.reduce_sum(tf.cast(in_context, tf.float32), axis=-1), 1.0)
+    return token_f1(replies, context[:, None, :])[..., 0]
+
+
+def token_f1(a, b):
+    """Word-piece overlap F1 of every row of `a` (batch, n, length) with every row of `b` (batch, m,
+    length'), special tokens and padding ignored: (batch, n, m) in [0, 1]."""
+    in_a, in_b = a >= NUM_SPECIAL, b >= NUM_SPECIAL
+    same = ((a[:, :, None, :, None] == b[:, None, :, None, :])
+            & in_a[:, :, None, :, None] & in_b[:, None, :, None, :])  # (batch, n, m, length, length')
+    found = tf.reduce_sum(tf.cast(tf.reduce_any(same, axis=-1), tf.float32), axis=-1)  # a's tokens found in b
+    recalled = tf.reduce_sum(tf.cast(tf.reduce_any(same, axis=-2), tf.float32), axis=-1)  # b's tokens found in a
+    precision = found / tf.maximum(tf.reduce_sum(tf.cast(in_a, tf.float32), axis=-1), 1.0)[:, :, None]
+    recall = recalled / tf.maximum(tf.reduce_sum(tf.cast(in_b, tf.float32), axis=-1), 1.0)[:, None, :]
     return 2 * precision * recall / tf.maximum(precision + recall, 1e-9)
 
 

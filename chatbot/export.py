@@ -1,8 +1,9 @@
 """Export: a TensorFlow SavedModel that maps question strings to reply strings.
 
 Owns: the `tf.Module` whose `serving_default` signature runs normalisation, SentencePiece
-tokenisation, retrieval of the nearest training answers, cached greedy decoding and detokenisation
-inside the graph (and `serve_with_tone` the same with a tone per question), so the SavedModel
+tokenisation, retrieval of the nearest training answers, cached greedy decoding, the reply weighed
+against the retrieved answers (`candidates`, as `Chatbot.reply` by default) and detokenisation inside
+the graph (and `serve_with_tone` the same with a tone per question), so the SavedModel
 answers in a process that imports only `tensorflow` and `tensorflow_text` (and serves under
 TensorFlow Serving). Must not depend on Python-side tokenization.
 """
@@ -22,7 +23,8 @@ from chatbot.samplers import GreedySampler
 
 
 class ReplyModule(tf.Module):
-    """`serve(questions: string[batch]) -> {"replies": string[batch]}` with greedy decoding, and
+    """`serve(questions: string[batch]) -> {"replies": string[batch]}` with `Chatbot.reply`'s default
+    decoding (greedy, then `candidates` retrieved answers weighed against the reply), and
     `serve_with_tone(questions, tones: int32[batch])` (0 everyday, 1 sad, 2 love, -1 none)."""
 
     def __init__(self, bot: Chatbot):
@@ -31,7 +33,7 @@ class ReplyModule(tf.Module):
         self.sentencepiece = bot.tokenizer.sp  # tracked, so the vocabulary travels with the SavedModel
         self.retriever = bot.retriever  # and the retrieval index (its table and variables), if any
         self._decoder = CachedDecoder(bot.model, bot.tokenizer, bot.config.context, bot.retriever)
-        _, self._options = bot.options(strategy="greedy", max_new_tokens=bot.model.max_length, seed=0)
+        self._settings, self._options = bot.options(strategy="greedy", max_new_tokens=bot.model.max_length, seed=0)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions")])
     def serve(self, questions):
@@ -40,7 +42,8 @@ class ReplyModule(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions"),
                                   tf.TensorSpec([None], tf.int32, name="tones")])
     def serve_with_tone(self, questions, tones):
-        ids = self._decoder.decode(questions, self._options, GreedySampler(), no_repeat_ngram_size=0, tones=tones)
+        ids = self._decoder.decode(questions, self._options, GreedySampler(), no_repeat_ngram_size=0, tones=tones,
+                                   candidates=self._settings.candidates)
         return {"replies": self._decoder.tokenizer.detokenize(ids)}
 
 

@@ -108,7 +108,8 @@ class Chatbot:
         text = check_questions([text])[0]
         tones = tf.constant(self.tone_ids(tone, 1), tf.int32)
         settings, options = self.options(**decoding)
-        if settings.strategy == "beam":  # beams are only ranked at the end: decode, then reveal
+        if settings.strategy == "beam" or self.decoder.candidate_count(settings.candidates):
+            # beams are ranked, and the reply weighed against retrieved answers, only at the end: decode, then reveal
             pieces = [self.tokenizer.piece_text(i) for i in _trim(self.reply_ids([text], tone, **decoding))[0]]
             for end in range(1, len(pieces) + 1):
                 yield self.tokenizer.join_pieces(pieces[:end])

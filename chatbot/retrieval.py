@@ -89,6 +89,11 @@ class Retriever(tf.Module):
 
         `tones` (batch,) int: rows labelled with a question's tone get TONE_BONUS (NO_TONE: none).
         `leave_one_out`: a training question never finds a row with its own text (for training)."""
+        return self.ranked(texts, k, tones, leave_one_out)[0]
+
+    def ranked(self, texts, k: int, tones=None, leave_one_out: bool = False):
+        """`nearest`, with each answer's score (its question's cosine similarity, plus TONE_BONUS for
+        the asked tone): answers (batch, k') strings and scores (batch, k') float32, k' = min(k, pairs)."""
         texts = tf.convert_to_tensor(texts, tf.string)
         scores = self.similarity(texts)
         if tones is not None:
@@ -97,8 +102,8 @@ class Retriever(tf.Module):
             scores += TONE_BONUS * tf.cast(same, scores.dtype)
         if leave_one_out:
             scores = tf.where(self.questions[None] == normalize_tf(texts)[:, None], -1e9, scores)
-        top = tf.math.top_k(scores, k=min(k, len(self.pairs))).indices
-        return tf.gather(self.answers, top)
+        top = tf.math.top_k(scores, k=min(k, len(self.pairs)))
+        return tf.gather(self.answers, top.indices), top.values
 
     def leave_one_out(self, pairs: list[QAPair], k: int, tones, batch_size: int = 256) -> list[list[str]]:
         """`nearest` for many training questions, in batches: candidates (len(pairs), k) as text."""

@@ -12,7 +12,7 @@ QUESTIONS = [q for q, _, _ in TINY_PAIRS]
 
 def test_cached_greedy_equals_naive_full_recompute(tiny_bot):
     for question in QUESTIONS[:12] + ["처음 보는 질문이에요", "ㅋㅋㅋㅋ"]:
-        assert tiny_bot.reply(question) == tiny_bot.naive_reply(question), question
+        assert tiny_bot.reply(question, candidates=0) == tiny_bot.naive_reply(question), question
 
 
 def test_xla_decoding_gives_the_same_tokens_as_the_uncompiled_loop(tiny_bot):
@@ -51,7 +51,8 @@ def test_top_k_one_sampling_equals_greedy(tiny_bot):
 def test_same_seed_same_sample_and_seeds_differ(tiny_bot):
     options = dict(strategy="sample", temperature=3.0, seed=7)
     assert tiny_bot.reply("배고파", **options) == tiny_bot.reply("배고파", **options)
-    samples = {tiny_bot.reply("배고파", strategy="sample", temperature=3.0, seed=seed) for seed in range(8)}
+    # the sampled reply itself (by default it is weighed against retrieved answers, which may win every time)
+    samples = {tiny_bot.reply("배고파", strategy="sample", temperature=3.0, seed=seed, candidates=0) for seed in range(8)}
     assert len(samples) > 1
 
 

@@ -1,0 +1,63 @@
+"""The compiled decoder's reranking: the generated reply weighed against the retrieved answers."""
+
+import numpy as np
+import tensorflow as tf
+
+from chatbot.decoding import token_f1
+from chatbot.generate import Chatbot
+from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID
+from conftest import TINY_PAIRS
+
+QUESTIONS = [q for q, _, _ in TINY_PAIRS]
+NEW_QUESTIONS = ["처음 보는 질문이에요", "배고픈데 뭐 먹지", "비가 많이 와", "헤어지고 너무 힘들어", "ㅋ"]
+
+
+def test_token_f1_counts_word_pieces_and_ignores_special_tokens():
+    a, b, c, d = (NUM_SPECIAL + i for i in range(4))
+    left = tf.constant([[[a, b, END_ID, PAD_ID], [c, d, END_ID, PAD_ID], [END_ID, PAD_ID, PAD_ID, PAD_ID]]])
+    right = tf.constant([[[a, b, c, END_ID], [d, END_ID, PAD_ID, PAD_ID]]])
+    scores = token_f1(left, right).numpy()[0]  # (3 candidates, 2 references)
+    precision, recall = 2 / 2, 2 / 3
+    assert np.allclose(scores[0], [2 * precision * recall / (precision + recall), 0.0])
+    assert np.allclose(scores[1], [2 * 0.5 * (1 / 3) / (0.5 + 1 / 3), 2 * 0.5 * 1.0 / 1.5])
+    assert np.allclose(scores[2], 0.0)  # an empty reply overlaps nothing
+
+
+def test_the_reply_is_the_generated_one_or_a_retrieved_answer(tiny_bot):
+    generated = tiny_bot.reply_batch(NEW_QUESTIONS + QUESTIONS[:5], candidates=0)
+    reranked = tiny_bot.reply_batch(NEW_QUESTIONS + QUESTIONS[:5], candidates=4)
+    nearest = tiny_bot.retriever.nearest(NEW_QUESTIONS + QUESTIONS[:5], 4).numpy()
+    for reply, own, answers in zip(reranked, generated, nearest):
+        assert reply == own or reply in {a.decode("utf-8") for a in answers}
+
+
+def test_training_questions_still_get_their_own_answers(tiny_bot):
+    answers = [a for _, a, _ in TINY_PAIRS]
+    assert tiny_bot.reply_batch(QUESTIONS, candidates=8) == answers
+
+
+def test_a_recurring_retrieved_answer_wins_over_a_lone_one(tiny_bot):
+    """Consensus: among equally close questions, the answer that two of them share is chosen."""
+    decoder = tiny_bot.decoder
+    encoder_ids = decoder.encode_texts(["처음 보는 질문이에요"])
+    ids = tiny_bot.tokenizer.encode(["오늘만 버텨봐요.", "공원 산책 좋아요."])
+    rows = [row + [END_ID] + [PAD_ID] * (decoder.max_length - len(row) - 1) for row in ids]
+    retrieved = tf.constant([[rows[1], rows[0], rows[0]]], tf.int32)
+    generated = tf.constant([rows[1]], tf.int32)
+    _, options = tiny_bot.options()
+    chosen = decoder.rerank(encoder_ids, generated, retrieved, tf.constant([[0.5, 0.5, 0.5]]), options)
+    assert chosen.numpy()[0].tolist() == rows[0]
+
+
+def test_a_retrieved_answer_longer_than_max_new_tokens_is_never_chosen(tiny_bot):
+    for question in NEW_QUESTIONS + QUESTIONS[:8]:
+        ids = tiny_bot.reply_ids([question], max_new_tokens=2, candidates=8)[0].tolist()
+        assert len([t for t in ids if t >= NUM_SPECIAL]) <= 2, question
+
+
+def test_candidates_need_a_retrieval_index(tiny_bot):
+    bare = Chatbot(tiny_bot.model, tiny_bot.tokenizer, tiny_bot.config, retriever=tiny_bot.retriever)
+    assert bare.decoder.candidate_count(8) == min(8, len(tiny_bot.retriever))
+    assert bare.decoder.candidate_count(0) == 0
+    bare.decoder.retriever = None
+    assert bare.decoder.candidate_count(8) == 0
