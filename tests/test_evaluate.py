@@ -34,7 +34,14 @@ def test_selection_never_prefers_a_collapsed_epoch_to_a_varied_one():
     assert selection_score(3.0, 0.1) < selection_score(1.0, 0.3) < selection_score(1.0, 0.9) < selection_score(2.0, 0.9)
 
 
-def test_eval_prints_metrics_whose_chrf_and_bleu_equal_sacrebleus(tiny_model_dir, tiny_csv, tmp_path, capsys):
+def test_eval_prints_metrics_whose_chrf_and_bleu_equal_sacrebleus(tiny_model_dir, tiny_csv, tmp_path, capsys,
+                                                                  monkeypatch):
+    from chatbot.generate import Chatbot
+
+    # The metrics are under test here, not XLA, whose compilations for each batch shape cost seconds on
+    # a CPU: the command loads its model for plain-graph decoding (test_cli.py's chat keeps XLA).
+    load = Chatbot.load.__func__
+    monkeypatch.setattr(Chatbot, "load", classmethod(lambda cls, path: load(cls, path, jit_compile=False)))
     replies_path = tmp_path / "replies.csv"
     assert main(["eval", "--model", str(tiny_model_dir), "--data", str(tiny_csv), "--replies", str(replies_path),
                  "--latency-sample", "3"]) == 0
