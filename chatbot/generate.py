@@ -25,21 +25,23 @@ from chatbot.tokenizer import END_ID, PAD_ID, START_ID, Tokenizer
 
 
 class Chatbot:
-    """A trained model ready to answer. Decoding options: see `GenerationConfig`."""
+    """A trained model ready to answer. Decoding options: see `GenerationConfig`. With `jit_compile=False`
+    the same decoding loop runs as a plain graph: no XLA compilation per batch and encoder-length shape
+    (seconds each on a CPU) but slower replies; for tests and one-off scripts."""
 
     def __init__(self, model, tokenizer: Tokenizer, config: ChatbotConfig, path: str | Path | None = None,
-                 retriever=None):
+                 retriever=None, jit_compile: bool = True):
         self.model, self.tokenizer, self.config, self.path = model, tokenizer, config, path
         self.retriever = retriever
-        self.decoder = CachedDecoder(model, tokenizer, config.context, retriever)
+        self.decoder = CachedDecoder(model, tokenizer, config.context, retriever, jit_compile)
         self._step = {}  # streaming: one traced step function per (strategy, n-gram size)
         self._start, self._encode = tf.function(self.decoder.start), tf.function(self.decoder.encode_texts)
         self._seeds = random.Random()  # its own: code that reseeds Python's `random` (training) leaves it alone
 
     @classmethod
-    def load(cls, path: str | Path) -> "Chatbot":
+    def load(cls, path: str | Path, jit_compile: bool = True) -> "Chatbot":
         config, tokenizer, model, retriever = load_model_dir(path)
-        return cls(model, tokenizer, config, path, retriever)
+        return cls(model, tokenizer, config, path, retriever, jit_compile)
 
     @property
     def has_tone(self) -> bool:

@@ -75,9 +75,12 @@ def tiny_model_dir(tmp_path_factory, tiny_csv) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_bot(tiny_model_dir):
+    """The tiny model's `Chatbot`, decoding as a plain graph: with XLA every new batch and encoder-length
+    shape costs seconds of compilation on a CPU, again and again across the suite. The XLA loop gives the
+    same tokens (test_generate.py checks it), and the tests of XLA itself, warm-up and the SavedModel use it."""
     from chatbot.generate import Chatbot
 
-    return Chatbot.load(tiny_model_dir)
+    return Chatbot.load(tiny_model_dir, jit_compile=False)
 
 
 @pytest.fixture(scope="session")

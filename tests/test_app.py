@@ -13,7 +13,6 @@ import pytest
 from gradio_client import Client, handle_file
 
 import app
-from chatbot.workspace import load_chatbot
 from conftest import ROOT, launch_app
 
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
@@ -30,7 +29,11 @@ def models_root(tmp_path_factory, tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def bot(models_root):
-    return load_chatbot(models_root / "tiny")
+    """The app's start-up model, decoding as a plain graph (see conftest's `tiny_bot`): the UI is under
+    test here, not XLA, whose compilations would cost seconds for every new batch shape and setting."""
+    from chatbot.generate import Chatbot
+
+    return Chatbot.load(models_root / "tiny", jit_compile=False)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from chatbot import cli
+from chatbot import cli, terminal
 from conftest import ROOT, TINY_PAIRS, write_csv
 
 
@@ -210,8 +210,8 @@ def test_piped_lines_that_are_not_utf8_or_too_long_are_skipped_and_the_rest_answ
 
     lines = io.BytesIO("안녕하세요\n".encode() + "배고파\n".encode("cp949") + b"\n" + ("가" * 5000).encode() + b"\n"
                        + "잘 자\n".encode())
-    with pytest.raises(cli.UserError, match=r"2 line\(s\) were not answered \(line 2, 4"):
-        cli.answer_lines(tiny_bot, lines, {})
+    with pytest.raises(terminal.UserError, match=r"2 line\(s\) were not answered \(line 2, 4"):
+        terminal.answer_lines(tiny_bot, lines, {})
     out, err = capsys.readouterr()
     assert out.splitlines() == ["반가워요.", "", "", "", "좋은 꿈 꾸세요."]
     assert "skipped line 2: not UTF-8" in err and "skipped line 4: the question is too long" in err

@@ -15,7 +15,7 @@ import pytest
 
 from chatbot.artifacts import KILL_AT, TOKENIZER_FILE, ArtifactError, load_model_dir
 from chatbot.data import load_pairs
-from chatbot.runstate import BACKUP_DIR, CRASH_NOTE, STATE_CONFIG, keep_history, state_dir_for
+from chatbot.runstate import BACKUP_DIR, CRASH_NOTE, STATE_CONFIG, EpochBackup, keep_history, state_dir_for
 from chatbot.train import train
 from conftest import ROOT, tiny_config
 
@@ -43,15 +43,24 @@ def history_epochs(model_dir):
     return [line.split(",")[0] for line in (model_dir / "history.csv").read_text().splitlines()[1:]]
 
 
-def crash_after_two_epochs(pairs, out):
+@pytest.fixture(scope="module")
+def crashed(pairs, tmp_path_factory):
+    """The state folder of a run that crashed after two of its four epochs, made once for the module."""
+    out = tmp_path_factory.mktemp("crashed") / "model"
     with pytest.raises(RuntimeError, match="disk on fire"):
         train(pairs, tiny_config(epochs=4), out, callbacks=[CrashAfter(2)], **QUIET)
     return state_dir_for(out)
 
 
-def test_a_crash_is_reported_as_a_crash_and_resume_or_delete_is_the_advice(pairs, tmp_path):
+def crash_after_two_epochs(crashed, out):
+    """What the crashed run left, as if it had been writing `out`: a copy of its state folder."""
+    return shutil.copytree(crashed, state_dir_for(out))
+
+
+@pytest.mark.slow  # trains models in this process
+def test_a_crash_is_reported_as_a_crash_and_resume_or_delete_is_the_advice(pairs, crashed, tmp_path):
     out = tmp_path / "model"
-    state = crash_after_two_epochs(pairs, out)
+    state = crash_after_two_epochs(crashed, out)
     assert (state / CRASH_NOTE).read_text().strip() == "RuntimeError: disk on fire"
     with pytest.raises(ArtifactError) as refused:
         train(pairs, tiny_config(epochs=4), out, **QUIET)
@@ -60,11 +69,12 @@ def test_a_crash_is_reported_as_a_crash_and_resume_or_delete_is_the_advice(pairs
     assert "interrupted" not in message and "--resume" in message and "delete that folder" in message
 
 
+@pytest.mark.slow  # trains models in this process
 @pytest.mark.parametrize("backups_lost", [0, 1], ids=["killed-after-the-backup", "killed-before-the-backup"])
-def test_resume_after_two_epochs_to_four_keeps_every_history_row_once(pairs, tmp_path, backups_lost):
+def test_resume_after_two_epochs_to_four_keeps_every_history_row_once(pairs, crashed, tmp_path, backups_lost):
     """Killed before its backup, an epoch has its history row but is redone: the row is not doubled."""
     out = tmp_path / "model"
-    state = crash_after_two_epochs(pairs, out)
+    state = crash_after_two_epochs(crashed, out)
     for name in sorted(os.listdir(state / BACKUP_DIR), reverse=True)[:backups_lost]:
         (state / BACKUP_DIR / name).unlink()  # what a kill between the history row and the backup leaves
     train(pairs, tiny_config(epochs=4), out, resume=True, **QUIET)
@@ -72,6 +82,7 @@ def test_resume_after_two_epochs_to_four_keeps_every_history_row_once(pairs, tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
+@pytest.mark.slow  # trains models in this process
 def test_a_state_folder_with_only_backups_is_one_clear_error_on_resume_and_replaced_otherwise(pairs, tmp_path, capsys):
     from chatbot import cli
     from conftest import TINY_PAIRS, write_csv
@@ -177,10 +188,15 @@ def test_after_a_sigkill_the_model_is_absent_or_whole_and_resume_finishes_clean(
     if out.exists():  # never half-written
         assert load_model_dir(out), point
     resume = ["--resume"] if state.exists() else []  # a kill before the run's folder existed: start again
+    backups = EpochBackup(state / BACKUP_DIR).backups()
+    done = backups[0][0] if backups else 0
     env.pop(KILL_AT)
     resumed = subprocess.run(train_command(out, *resume, *overwrite), cwd=ROOT, env=env, capture_output=True,
                              text=True, timeout=600)
     assert resumed.returncode == 0, f"{point} (seed {seed}): {resumed.stderr[-2000:]}"
+    if resume and done < EPOCHS:  # it goes on after the last backed-up epoch: none redone, none skipped
+        assert f"Epoch {done + 1}/{EPOCHS}" in resumed.stdout, f"{point} (seed {seed}): {resumed.stdout[-2000:]}"
+        assert done == 0 or "Epoch 1/" not in resumed.stdout, f"{point} (seed {seed}): {resumed.stdout[-2000:]}"
     load_model_dir(out)
     assert history_epochs(out) == [str(epoch) for epoch in range(EPOCHS)], point
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"], point

@@ -39,10 +39,13 @@ def ask_all(batcher, bot, requests):
 
     threads = [threading.Thread(target=ask, args=(i, q, o)) for i, (q, o) in enumerate(requests)]
     threads[0].start()
-    while not batcher._busy:  # the first request leads; the rest arrive while it decodes
+    while not batcher.batches:  # the first request leads and has taken its batch; the rest arrive while it decodes
         threading.Event().wait(0.001)
-    for thread in threads[1:]:
+    for thread in threads[1:]:  # one at a time, so they queue in order (a refused one never queues)
+        queued = len(batcher._waiting)
         thread.start()
+        while len(batcher._waiting) == queued and thread.is_alive():
+            threading.Event().wait(0.001)
     for thread in threads:
         thread.join(timeout=120)
     return results

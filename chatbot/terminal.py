@@ -1,0 +1,103 @@
+"""`python -m chatbot chat`: a conversation in the terminal.
+
+Owns: the chat command's three forms (one `--question`, a REPL, one reply per piped line), loading
+the model only once a reply needs it, and `UserError`, the one-line mistake every command raises.
+Must not parse arguments (that is `chatbot.cli`) or import TensorFlow before a model is loaded.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from chatbot.artifacts import check_model_dir
+from chatbot.config import MAX_QUESTION_CHARS
+
+
+class UserError(Exception):
+    """A mistake the user can fix; printed as one line."""
+
+
+def check_question(text: str) -> str:
+    """A question the model can answer: not blank, at most MAX_QUESTION_CHARS characters."""
+    if not text.strip():
+        raise UserError("the question is empty")
+    if len(text) > MAX_QUESTION_CHARS:
+        raise UserError(f"the question is too long ({len(text):,} characters; at most {MAX_QUESTION_CHARS:,})")
+    return text
+
+
+def chat(model: str, question: str | None, decoding: dict) -> None:
+    """Answer `question`, or each piped line of stdin, or talk in a REPL; `decoding`: checked options and tone."""
+    if question is not None:
+        check_question(question)
+    check_model_dir(model)
+    if question is None and not sys.stdin.isatty():
+        answer_lines(ModelOnFirstUse(model, decoding), sys.stdin.buffer, decoding)
+        return
+    bot = load_for_chat(model, decoding)
+    if question is not None:
+        print(bot.reply(question, **decoding))
+    else:
+        chat_interactively(bot, model, decoding)
+
+
+def load_for_chat(model: str, decoding: dict):
+    """The model, with the decoding options that depend on it checked (no_repeat_ngram_size vs its max_length)."""
+    from chatbot.generate import Chatbot
+
+    bot = Chatbot.load(model)
+    try:
+        bot.check(**decoding)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    return bot
+
+
+class ModelOnFirstUse:
+    """Loads the model for the first line that needs a reply: piped lines that are all refused (one
+    1 MB line) are answered at once, without waiting seconds for TensorFlow."""
+
+    def __init__(self, model: str, decoding: dict):
+        self.model, self.decoding, self.bot = model, decoding, None
+
+    def reply(self, text: str, **decoding) -> str:
+        if self.bot is None:
+            self.bot = load_for_chat(self.model, self.decoding)
+        return self.bot.reply(text, **decoding)
+
+
+def chat_interactively(bot, model, decoding: dict) -> None:
+    print(f"chatbot ({model}) — 빈 줄이나 Ctrl-D로 끝내요.")
+    while True:
+        try:
+            line = input("나> ")
+        except EOFError:
+            break
+        if not line.strip():
+            break
+        try:
+            print(f"챗봇> {bot.reply(check_question(line), **decoding)}", flush=True)
+        except UserError as error:
+            print(f"error: {error}", file=sys.stderr)
+
+
+def answer_lines(bot, lines, decoding: dict) -> None:
+    """One reply line per input line (bytes), in order; a blank line stays blank. A line that is not
+    UTF-8 or is too long gets an empty reply line and a note on stderr, and the batch goes on; at the
+    end, one `error:` line says how many were skipped."""
+    skipped = []
+    for number, raw in enumerate(lines, start=1):
+        try:
+            line = raw.decode("utf-8").rstrip("\r\n")
+            question = check_question(line) if line.strip() else ""
+        except (UnicodeDecodeError, UserError) as error:
+            reason = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else str(error)
+            print(f"skipped line {number}: {reason}", file=sys.stderr, flush=True)
+            skipped.append((number, reason))
+            question = ""
+        print(bot.reply(question, **decoding) if question else "", flush=True)  # a model's error ends the batch
+    if len(skipped) == 1:  # the error line says why on its own (a lone piped line, like a 1 MB one)
+        raise UserError(f"1 line(s) were not answered (line {skipped[0][0]}: {skipped[0][1]})")
+    if skipped:
+        shown = ", ".join(str(number) for number, _ in skipped[:5]) + (", ..." if len(skipped) > 5 else "")
+        raise UserError(f"{len(skipped)} line(s) were not answered (line {shown}; see above)")
