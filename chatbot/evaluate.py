@@ -136,8 +136,9 @@ def selection_score(chrf: float, unique_ratio: float) -> float:
 
 
 class ReplyQualityCheckpoint(keras.callbacks.Callback):
-    """After every epoch, greedily answer up to `max_questions` validation questions with the model
-    being trained, add `val_chrf`, `val_unique` and `val_select` (see `selection_score`) to the epoch's
+    """After every epoch, answer up to `max_questions` validation questions with the greedy replies of
+    the model being trained (its own, not weighed against retrieved answers: those change little from
+    epoch to epoch and would hide what does), add `val_chrf`, `val_unique` and `val_select` (see `selection_score`) to the epoch's
     logs, and save the weights to `weights_path` when `val_select` is the best so far (above `best`,
     for a resumed run).
 
@@ -152,7 +153,7 @@ class ReplyQualityCheckpoint(keras.callbacks.Callback):
         self.best = -math.inf if best is None else best
 
     def on_epoch_end(self, epoch, logs=None):
-        scores = reply_metrics(replies_to(self.bot, self.questions), self.references)
+        scores = reply_metrics(replies_to(self.bot, self.questions, candidates=0), self.references)
         score = selection_score(scores["chrf"], scores["unique_ratio"])
         if logs is not None:
             logs.update(val_chrf=scores["chrf"], val_unique=scores["unique_ratio"], val_select=score)
