@@ -103,7 +103,7 @@ def test_sampling_seeds_do_not_follow_pythons_global_random(tiny_bot):
 
 def test_no_repeat_ngram_and_repetition_penalty_prevent_loops(tiny_bot):
     ids = tiny_bot.reply_ids(["처음 보는 질문이에요"], strategy="sample", temperature=5.0, seed=0,
-                             no_repeat_ngram_size=2, max_new_tokens=16)[0].tolist()
+                             no_repeat_ngram_size=2, max_new_tokens=16, candidates=0)[0].tolist()
     grams = [tuple(ids[i:i + 2]) for i in range(len(ids) - 1) if 0 not in ids[i:i + 2]]
     assert len(grams) == len(set(grams))
     penalised = tiny_bot.reply("안녕하세요", repetition_penalty=50.0)
