@@ -3,8 +3,9 @@
 Owns: `CachedDecoder` (composing the encoder input in the graph, padding batches and encoder inputs
 to a few bucket shapes, the encoder pass and the whole `tf.while_loop` compiled with XLA, beam
 ranking with the optional `agreement` rescoring, and `rerank`: the generated reply weighed against
-the retrieved answers), the decoding options as tensors (`Options`) and the loop's `State`. Tokenizing, retrieval and detokenizing stay outside the XLA part, in plain
-`tf.function`s, since XLA cannot compile string ops. Must not know about Python-side strings,
+the retrieved answers), the decoding options as tensors (`Options`) and the loop's `State`.
+Tokenizing, retrieval and detokenizing stay outside the XLA part, in plain `tf.function`s, since
+XLA cannot compile string ops. Must not know about Python-side strings,
 seeds or user errors: that is `chatbot.generate.Chatbot`'s job.
 """
 
