@@ -146,7 +146,8 @@ class CachedDecoder:
             return tf.zeros([tf.shape(texts)[0], 0, self.max_length], tf.int32), tf.zeros([tf.shape(texts)[0], 0])
         if tones is None or not self.context.tone:
             tones = tf.fill(tf.shape(texts), -1)
-        answers, scores = self.retriever.ranked(texts, count, tones)
+        # a reply asked for in a tone is weighed against that tone's answers only
+        answers, scores = self.retriever.ranked(texts, count, tones, only_tone=True)
         ids = self.tokenizer.tokenize(tf.reshape(answers, [-1]))[:, :self.max_length - 1]
         ids = tf.concat([ids, tf.fill([ids.nrows(), 1], tf.constant(END_ID, ids.dtype))], axis=1)
         ids = tf.cast(ids.to_tensor(shape=[None, self.max_length]), tf.int32)

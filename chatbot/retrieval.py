@@ -24,6 +24,9 @@ from chatbot.tokenizer import normalize_tf
 # Added to the cosine similarity of rows whose label is the asked tone: among questions about as
 # close, the answer in the asked tone wins; a much closer question of another tone still does.
 TONE_BONUS = 0.15
+# `ranked(..., only_tone=True)` puts every row of the asked tone before every other row by taking
+# this from the others' scores (the scores are not bounded by 1: the query vector is not normalised).
+OTHER_TONE_PENALTY = 1e4
 NO_TONE = -1
 
 
@@ -71,7 +74,9 @@ class Retriever(tf.Module):
         return len(self.pairs)
 
     def similarity(self, texts):
-        """Questions (batch,) -> cosine similarity to every training question (batch, pairs)."""
+        """Questions (batch,) -> similarity to every training question (batch, pairs): the cosine times
+        the query vector's norm (the query is not normalised, which changes no question's ranking;
+        TONE_BONUS is added on this scale, where it weighs less than its value suggests)."""
         texts = normalize_tf(texts)
         grams = tf.strings.ngrams(tf.strings.unicode_split(texts, "UTF-8"), 2, separator="")
         ids = self.table.lookup(grams)
@@ -91,19 +96,24 @@ class Retriever(tf.Module):
         `leave_one_out`: a training question never finds a row with its own text (for training)."""
         return self.ranked(texts, k, tones, leave_one_out)[0]
 
-    def ranked(self, texts, k: int, tones=None, leave_one_out: bool = False):
-        """`nearest`, with each answer's score (its question's cosine similarity, plus TONE_BONUS for
-        the asked tone): answers (batch, k') strings and scores (batch, k') float32, k' = min(k, pairs)."""
+    def ranked(self, texts, k: int, tones=None, leave_one_out: bool = False, only_tone: bool = False):
+        """`nearest`, with each answer's question's similarity score (without the tone's bonus): answers
+        (batch, k') strings and scores (batch, k') float32, k' = min(k, pairs). `only_tone`: rows of the
+        asked tone come first, however far, instead of getting TONE_BONUS."""
         texts = tf.convert_to_tensor(texts, tf.string)
-        scores = self.similarity(texts)
+        similarity = scores = self.similarity(texts)
         if tones is not None:
             tones = tf.convert_to_tensor(tones, tf.int32)
-            same = (self.labels[None] == tones[:, None]) & (tones[:, None] != NO_TONE)
-            scores += TONE_BONUS * tf.cast(same, scores.dtype)
+            asked = tones[:, None] != NO_TONE
+            same = (self.labels[None] == tones[:, None]) & asked
+            if only_tone:
+                scores = tf.where(asked & ~same, similarity - OTHER_TONE_PENALTY, similarity)
+            else:
+                scores = similarity + TONE_BONUS * tf.cast(same, scores.dtype)
         if leave_one_out:
             scores = tf.where(self.questions[None] == normalize_tf(texts)[:, None], -1e9, scores)
-        top = tf.math.top_k(scores, k=min(k, len(self.pairs)))
-        return tf.gather(self.answers, top.indices), top.values
+        top = tf.math.top_k(scores, k=min(k, len(self.pairs))).indices
+        return tf.gather(self.answers, top), tf.gather(similarity, top, batch_dims=1)
 
     def leave_one_out(self, pairs: list[QAPair], k: int, tones, batch_size: int = 256) -> list[list[str]]:
         """`nearest` for many training questions, in batches: candidates (len(pairs), k) as text."""

@@ -92,5 +92,5 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
     train_pairs, val = split_by_question(pairs, 0.3, config.data.seed)
     saved = Chatbot.load(out)  # its index holds the validation pairs too; training retrieved from train_pairs
     bot = Chatbot(saved.model, saved.tokenizer, saved.config, retriever=Retriever(train_pairs), jit_compile=False)
-    kept = reply_metrics(bot.reply_batch([p.question for p in val]), [p.answer for p in val])
+    kept = reply_metrics(bot.reply_batch([p.question for p in val], candidates=0), [p.answer for p in val])
     assert selection_score(kept["chrf"], kept["unique_ratio"]) == pytest.approx(max(scores), abs=1e-6)
