@@ -86,8 +86,7 @@ class CachedDecoder:
         """Strings (batch,) and tones (batch,) int (-1: none) -> encoder ids (batch, None), in the graph:
         the question, its tone token if the model learned tones, and the retrieved answers."""
         texts = tf.convert_to_tensor(texts, tf.string)
-        if tones is None or not self.context.tone:
-            tones = tf.fill(tf.shape(texts), -1)
+        tones = self.asked_tones(texts, tones)
         context = None
         if self.context.retrieved:
             answers = self.retriever.nearest(texts, self.context.retrieved, tones)  # (batch, k)
@@ -96,6 +95,13 @@ class CachedDecoder:
         return encoder_inputs(self.tokenizer.tokenize(texts), self.max_length, tones if self.context.tone else None,
                               context, self.model.encoder_length)
 
+    def asked_tones(self, texts, tones):
+        """The tones (batch,) int the graph uses: as asked, or -1 (none) for every question when none was
+        asked or the model learned no tones."""
+        if tones is None or not self.context.tone:
+            return tf.fill(tf.shape(texts), -1)
+        return tones
+
     def encode_texts(self, texts, tones=None):
         """`encoder_ids` padded with 0 to a length bucket (`length_buckets`): (batch, src_len). A few
         lengths cover every question, so XLA compiles the decoding loop a few times, not per question."""
@@ -103,12 +109,14 @@ class CachedDecoder:
         width = tf.shape(ids)[1]
         return tf.pad(ids, [[0, 0], [0, bucket(width, self.length_buckets) - width]])
 
-    def start(self, encoder_ids, num_beams: int = 1) -> State:
+    def start(self, encoder_ids, num_beams: int = 1, memory=None) -> State:
         """The state before the first step; each question's row repeated `num_beams` times, only the
-        first of them alive (the others start at -inf, so the first step does not pick one token twice)."""
+        first of them alive (the others start at -inf, so the first step does not pick one token twice).
+        `memory`: the encoder's output for `encoder_ids`, if the caller has it already."""
+        if memory is None:
+            memory = self.model.encode(encoder_ids, training=False)  # (batch, src_len, d_model)
         encoder_ids = tf.repeat(encoder_ids, num_beams, axis=0)  # (rows, src_len)
-        memory = self.model.encode(encoder_ids, training=False)
-        self_cache, cross_cache = self.model.init_cache(memory)
+        self_cache, cross_cache = self.model.init_cache(tf.repeat(memory, num_beams, axis=0))
         rows = tf.shape(encoder_ids)[0]
         tokens = tf.concat([tf.fill([rows, 1], START_ID), tf.fill([rows, self.max_length], PAD_ID)], axis=1)
         scores = tf.where(tf.range(rows) % num_beams == 0, 0.0, NEG_INF)
@@ -144,10 +152,8 @@ class CachedDecoder:
         count = self.candidate_count(count)
         if not count:
             return tf.zeros([tf.shape(texts)[0], 0, self.max_length], tf.int32), tf.zeros([tf.shape(texts)[0], 0])
-        if tones is None or not self.context.tone:
-            tones = tf.fill(tf.shape(texts), -1)
         # a reply asked for in a tone is weighed against that tone's answers only
-        answers, scores = self.retriever.ranked(texts, count, tones, only_tone=True)
+        answers, scores = self.retriever.ranked(texts, count, self.asked_tones(texts, tones), only_tone=True)
         ids = self.tokenizer.tokenize(tf.reshape(answers, [-1]))[:, :self.max_length - 1]
         ids = tf.concat([ids, tf.fill([ids.nrows(), 1], tf.constant(END_ID, ids.dtype))], axis=1)
         ids = tf.cast(ids.to_tensor(shape=[None, self.max_length]), tf.int32)
@@ -162,7 +168,8 @@ class CachedDecoder:
         encoder_ids = self.encode_texts(texts, tones)
         retrieved, scores = self.retrieved_candidates(texts, tones, candidates)
         batch = tf.shape(encoder_ids)[0]
-        pad = lambda t: tf.pad(t, [[0, bucket(batch, BATCH_BUCKETS) - batch]] + [[0, 0]] * (t.shape.rank - 1))  # noqa: E731
+        rows = bucket(batch, BATCH_BUCKETS)
+        pad = lambda t: tf.pad(t, [[0, rows - batch]] + [[0, 0]] * (t.shape.rank - 1))  # noqa: E731
         return self.loop(sampler, no_repeat_ngram_size)(pad(encoder_ids), pad(retrieved), pad(scores), options)[:batch]
 
     def loop(self, sampler: Sampler, no_repeat_ngram_size: int):
@@ -179,14 +186,15 @@ class CachedDecoder:
                    retrieved=None, scores=None):
         """Encoder ids (batch, src_len) -> reply ids (batch, max_length): the encoder once, then the loop;
         then, given retrieved answers (batch, k, max_length) and their scores (batch, k), `rerank`."""
-        replies = self.generated_ids(encoder_ids, options, sampler, no_repeat_ngram_size)
+        memory = self.model.encode(encoder_ids, training=False)
+        replies = self.generated_ids(encoder_ids, memory, options, sampler, no_repeat_ngram_size)
         if retrieved is None or retrieved.shape[1] == 0:
             return replies
-        return self.rerank(encoder_ids, replies, retrieved, scores, options)
+        return self.rerank(encoder_ids, memory, replies, retrieved, scores, options)
 
-    def generated_ids(self, encoder_ids, options: Options, sampler: Sampler, no_repeat_ngram_size: int):
+    def generated_ids(self, encoder_ids, memory, options: Options, sampler: Sampler, no_repeat_ngram_size: int):
         """The model's own reply (batch, max_length): the sampler's, or the best-ranked beam."""
-        state = self.start(encoder_ids, sampler.num_beams)
+        state = self.start(encoder_ids, sampler.num_beams, memory)
         state = tf.while_loop(
             lambda s: (s.index < options.steps) & ~tf.reduce_all(s.finished),
             lambda s: (self.step(s, options, sampler, no_repeat_ngram_size),),
@@ -201,7 +209,7 @@ class CachedDecoder:
         normalised += options.agreement * agreement(replies, encoder_ids)
         return tf.gather(replies, tf.argmax(normalised, axis=-1, output_type=tf.int32), batch_dims=1)
 
-    def rerank(self, encoder_ids, replies, retrieved, scores, options: Options):
+    def rerank(self, encoder_ids, memory, replies, retrieved, scores, options: Options):
         """Choose each question's reply among its generated one (batch, max_length) and its retrieved
         answers (batch, k, max_length) (Song et al. 2016: generate, then rerank generated and retrieved):
         the model's mean log-probability of each candidate given the encoder input, plus the retrieval
@@ -211,9 +219,8 @@ class CachedDecoder:
         count, k = candidates.shape[1], retrieved.shape[1]
         flat = tf.reshape(candidates, [-1, self.max_length])
         decoder_inputs = tf.concat([tf.fill([tf.shape(flat)[0], 1], START_ID), flat[:, :-1]], axis=1)
-        memory = tf.repeat(self.model.encode(encoder_ids, training=False), count, axis=0)
-        logits = self.model.decode(decoder_inputs, memory, padding_mask(tf.repeat(encoder_ids, count, axis=0)),
-                                   training=False)
+        logits = self.model.decode(decoder_inputs, tf.repeat(memory, count, axis=0),
+                                   padding_mask(tf.repeat(encoder_ids, count, axis=0)), training=False)
         log_probs = tf.gather(tf.nn.log_softmax(tf.cast(logits, tf.float32)), flat, axis=-1, batch_dims=2)
         real = tf.cast(flat != PAD_ID, tf.float32)
         likelihood = tf.reshape(tf.reduce_sum(log_probs * real, -1) / tf.maximum(tf.reduce_sum(real, -1), 1.0),

@@ -138,9 +138,9 @@ def selection_score(chrf: float, unique_ratio: float) -> float:
 class ReplyQualityCheckpoint(keras.callbacks.Callback):
     """After every epoch, answer up to `max_questions` validation questions with the greedy replies of
     the model being trained (its own, not weighed against retrieved answers: those change little from
-    epoch to epoch and would hide what does), add `val_chrf`, `val_unique` and `val_select` (see `selection_score`) to the epoch's
-    logs, and save the weights to `weights_path` when `val_select` is the best so far (above `best`,
-    for a resumed run).
+    epoch to epoch and would hide what does), add `val_chrf`, `val_unique` and `val_select` (see
+    `selection_score`) to the epoch's logs, and save the weights to `weights_path` when `val_select` is
+    the best so far (above `best`, for a resumed run).
 
     Validation loss alone picks the wrong epoch: its minimum often comes with a handful of generic
     replies for every question, while the replies keep getting better for many epochs after it."""

@@ -45,7 +45,8 @@ def test_a_recurring_retrieved_answer_wins_over_a_lone_one(tiny_bot):
     retrieved = tf.constant([[rows[1], rows[0], rows[0]]], tf.int32)
     generated = tf.constant([rows[1]], tf.int32)
     _, options = tiny_bot.options()
-    chosen = decoder.rerank(encoder_ids, generated, retrieved, tf.constant([[0.5, 0.5, 0.5]]), options)
+    memory = tiny_bot.model.encode(encoder_ids, training=False)
+    chosen = decoder.rerank(encoder_ids, memory, generated, retrieved, tf.constant([[0.5, 0.5, 0.5]]), options)
     assert chosen.numpy()[0].tolist() == rows[0]
 
 
