@@ -55,12 +55,13 @@ def url(tmp_path_factory, tiny_model_dir):
 
 @pytest.fixture()
 def page(url):
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": 900}, locale="ko-KR")
         page.set_default_timeout(WAIT_MS)
+        expect.set_options(timeout=WAIT_MS)  # assertions too (their own default is 5 s)
         page.goto(url)
         yield page
         browser.close()
