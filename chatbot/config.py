@@ -28,6 +28,7 @@ class ModelConfig:
     dropout: float = 0.1
     max_length: int = 40  # longest question and reply, in tokens
     encoder_length: int = 0  # longest encoder input (question, tone, retrieved answers); 0: max_length
+    shared_embeddings: bool = False  # output layer = the decoder's token embedding, transposed
 
     def __post_init__(self):
         if self.d_model % self.num_heads:

@@ -19,14 +19,17 @@ from chatbot.layers import (DecoderLayer, EncoderLayer, PositionalEmbedding, cau
 class Transformer(keras.Model):
     """Inputs `(encoder_inputs, decoder_inputs)`, int ids padded with 0, of shapes (batch, <= encoder_length)
     and (batch, <= max_length). Returns float32 logits (batch, decoder_len, vocab_size).
-    `encoder_length` (default `max_length`) leaves room for retrieved answers after the question."""
+    `encoder_length` (default `max_length`) leaves room for retrieved answers after the question.
+    `shared_embeddings`: the output layer is the decoder's token embedding, transposed (Press & Wolf
+    2017; the paper's weight sharing), instead of a Dense layer of its own."""
 
     def __init__(self, vocab_size, num_layers=4, d_model=128, num_heads=4, dff=512, dropout=0.1,
-                 max_length=40, encoder_length=None, **kwargs):
+                 max_length=40, encoder_length=None, shared_embeddings=False, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size, self.num_layers, self.d_model = vocab_size, num_layers, d_model
         self.num_heads, self.dff, self.dropout, self.max_length = num_heads, dff, dropout, max_length
         self.encoder_length = encoder_length or max_length
+        self.shared_embeddings = shared_embeddings
         policy = self.dtype_policy
         self.encoder_embedding = PositionalEmbedding(vocab_size, d_model, self.encoder_length, dtype=policy,
                                                      name="encoder_embedding")
@@ -39,12 +42,14 @@ class Transformer(keras.Model):
         self.decoder_layers = [DecoderLayer(d_model, num_heads, dff, dropout, dtype=policy, name=f"decoder_{i}")
                                for i in range(num_layers)]
         # Logits in float32 so the softmax and the loss stay exact under mixed precision.
-        self.final_dense = keras.layers.Dense(vocab_size, dtype="float32", name="logits")
+        self.final_dense = None if shared_embeddings else keras.layers.Dense(vocab_size, dtype="float32",
+                                                                              name="logits")
 
     @classmethod
     def from_config_dataclass(cls, config: ModelConfig, **kwargs) -> "Transformer":
         return cls(config.vocab_size, config.num_layers, config.d_model, config.num_heads, config.dff,
-                   config.dropout, config.max_length, config.encoder_length or None, **kwargs)
+                   config.dropout, config.max_length, config.encoder_length or None, config.shared_embeddings,
+                   **kwargs)
 
     @property
     def head_depth(self):
@@ -66,8 +71,14 @@ class Transformer(keras.Model):
         for layer in self.decoder_layers:
             x, weights = layer(x, memory, self_mask, memory_mask, training=training)
             attention.append(weights)
-        logits = self.final_dense(x)
+        logits = self.logits(x)
         return (logits, attention) if return_attention else logits
+
+    def logits(self, x):
+        """Decoder output (batch, len, d_model) -> float32 logits (batch, len, vocab_size)."""
+        if self.final_dense is not None:
+            return self.final_dense(x)
+        return ops.matmul(ops.cast(x, "float32"), ops.transpose(self.decoder_embedding.embedding.embeddings))
 
     def call(self, inputs, training=None):
         encoder_inputs, decoder_inputs = inputs
@@ -91,11 +102,12 @@ class Transformer(keras.Model):
             x, weights, layer_cache = layer.step(x, index, self_cache[:, i], cross_cache[:, i], memory_mask)
             layer_caches.append(layer_cache)
             attention.append(weights)
-        logits = self.final_dense(x)[:, 0]
+        logits = self.logits(x)[:, 0]
         self_cache = ops.stack(layer_caches, axis=1)
         return (logits, self_cache, attention) if return_attention else (logits, self_cache)
 
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "num_layers": self.num_layers,
                 "d_model": self.d_model, "num_heads": self.num_heads, "dff": self.dff,
-                "dropout": self.dropout, "max_length": self.max_length, "encoder_length": self.encoder_length}
+                "dropout": self.dropout, "max_length": self.max_length, "encoder_length": self.encoder_length,
+                "shared_embeddings": self.shared_embeddings}

@@ -1,5 +1,6 @@
 import keras
 import numpy as np
+import pytest
 
 from chatbot.layers import padding_mask
 from chatbot.model import Transformer
@@ -8,14 +9,16 @@ ENCODER_IDS = np.array([[1, 5, 6, 7, 2, 0], [1, 9, 2, 0, 0, 0]])
 DECODER_IDS = np.array([[1, 8, 9, 10, 11], [1, 12, 13, 2, 0]])
 
 
-def small_model():
-    model = Transformer(vocab_size=40, num_layers=2, d_model=16, num_heads=4, dff=32, dropout=0.1, max_length=8)
+def small_model(shared_embeddings=False):
+    model = Transformer(vocab_size=40, num_layers=2, d_model=16, num_heads=4, dff=32, dropout=0.1, max_length=8,
+                        shared_embeddings=shared_embeddings)
     model((ENCODER_IDS, DECODER_IDS))
     return model
 
 
-def test_cached_decode_matches_full_forward():
-    model = small_model()
+@pytest.mark.parametrize("shared_embeddings", [False, True])
+def test_cached_decode_matches_full_forward(shared_embeddings):
+    model = small_model(shared_embeddings)
     full = np.array(model((ENCODER_IDS, DECODER_IDS), training=False))
     memory = model.encode(ENCODER_IDS)
     self_cache, cross_cache = model.init_cache(memory)
@@ -28,8 +31,9 @@ def test_cached_decode_matches_full_forward():
     np.testing.assert_allclose(np.stack(steps, axis=1)[1, :4], full[1, :4], atol=1e-5)  # before padding
 
 
-def test_model_saves_and_loads_with_identical_outputs(tmp_path):
-    model = small_model()
+@pytest.mark.parametrize("shared_embeddings", [False, True])
+def test_model_saves_and_loads_with_identical_outputs(tmp_path, shared_embeddings):
+    model = small_model(shared_embeddings)
     expected = np.array(model((ENCODER_IDS, DECODER_IDS), training=False))
     model.save(tmp_path / "model.keras")
     loaded = keras.saving.load_model(tmp_path / "model.keras", safe_mode=True, compile=False)
@@ -51,3 +55,15 @@ def test_padding_in_the_question_does_not_change_the_answer_logits():
     a = np.array(model((ENCODER_IDS[:1], DECODER_IDS[:1]), training=False))
     b = np.array(model((padded, DECODER_IDS[:1]), training=False))
     np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_shared_embeddings_make_the_output_layer_the_decoder_embedding():
+    """The logits are the decoder's token embedding applied backwards: no output layer of its own."""
+    shared, separate = small_model(shared_embeddings=True), small_model()
+    assert shared.final_dense is None
+    assert separate.count_params() - shared.count_params() == 16 * 40 + 40  # the Dense kernel and bias
+    memory = shared.encode(ENCODER_IDS)
+    x = np.array(shared.decode(DECODER_IDS, memory, padding_mask(ENCODER_IDS), training=False))
+    embedding = np.array(shared.decoder_embedding.embedding.embeddings)
+    hidden = x @ np.linalg.pinv(embedding.T)  # the decoder output that produced these logits
+    np.testing.assert_allclose(hidden @ embedding.T, x, atol=1e-3)
