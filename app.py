@@ -1,11 +1,11 @@
 """The Gradio web app: chat with a trained model, look at its attention, retrain it on your own CSV.
 
-Owns the browser UI only: the layout of the chat, attention and retrain tabs, the `/chat` API, the
-limits, the queue and the event wiring. Models, uploads and background training live in
-`chatbot.workspace`, heatmaps in `chatbot.plots`. Must not hold model logic or import TensorFlow:
-the workspace imports it on first use, so `import app` and `python app.py --help` stay cheap.
+Owns the browser UI only: the layout of the chat, attention and retrain tabs, the `/chat` API, the limits,
+the queue and the event wiring. Models, uploads and background training live in `chatbot.workspace`,
+heatmaps in `chatbot.plots`. Must not hold model logic or import TensorFlow: the workspace imports it
+on first use, so `import app` and `python app.py --help` stay cheap.
 
-    python app.py [--model models/default] [--host 127.0.0.1] [--port 7860] [--share]
+    python app.py [--model models/default] [--host 127.0.0.1] [--port 7860] [--share] [--no-warm-up]
 """
 
 import argparse
@@ -193,12 +193,6 @@ class ChatApp:
         yield f"{message}\n\n{job.summary()}", gr.Dropdown(choices=self.shelf.choices())
 
 
-def settings_panel() -> list:
-    """A control for every decoding option, in DECODING_OPTIONS order."""
-    with gr.Accordion("생성 설정", open=True):
-        return [CONTROLS[name](getattr(DEFAULTS, name)) for name in DECODING_OPTIONS]
-
-
 def build_demo(bot, models_root: str | Path = MODELS_ROOT) -> gr.Blocks:
     """The whole app around a loaded `Chatbot`; the model picker lists the model directories under `models_root`."""
     ui = ChatApp(bot, models_root)
@@ -225,7 +219,8 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT) -> gr.Blocks:
                         refresh = gr.Button("새로고침", scale=1, min_width=80)
                     info = gr.Markdown(model_summary(ui.shelf.startup_name, bot))
                     tone = gr.Radio(TONE_CHOICES, value="", label="말투 (라벨로 학습한 모델)", elem_id="tone")
-                    settings = settings_panel()
+                    with gr.Accordion("생성 설정", open=True):  # a control per option, in DECODING_OPTIONS order
+                        settings = [CONTROLS[name](getattr(DEFAULTS, name)) for name in DECODING_OPTIONS]
         with gr.Tab("어텐션"):
             gr.Markdown("답변의 각 토큰이 질문의 어느 토큰을 보았는지 (인코더-디코더 어텐션). "
                         "질문을 비워 두면 대화 탭의 마지막 질문과 답변을 씁니다.")
@@ -285,6 +280,7 @@ def main(argv=None) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=7860, help="port (default: 7860)")
     parser.add_argument("--share", action="store_true", help="also open a public gradio.live link")
+    parser.add_argument("--no-warm-up", action="store_true", help="compile each batch shape when first asked")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out of the way
     try:
@@ -292,7 +288,8 @@ def main(argv=None) -> None:
     except ArtifactError as error:
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         sys.exit(2)
-    warm_up_in_background(bot)
+    if not args.no_warm_up:
+        warm_up_in_background(bot)
     build_demo(bot).launch(server_name=args.host, server_port=args.port, share=args.share, **LAUNCH_OPTIONS)
 
 

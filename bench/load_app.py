@@ -50,6 +50,8 @@ def parse_args(argv=None):
                         help="every Nth request is invalid; 0: none (default: %(default)s)")
     parser.add_argument("--model", default=str(ROOT / "models" / "default"), help="model directory the app serves")
     parser.add_argument("--timeout", type=float, default=600, help="seconds one request may take (default: %(default)s)")
+    parser.add_argument("--no-warm-up", action="store_true",
+                        help="start the app with --no-warm-up (it compiles each batch shape when first asked)")
     args = parser.parse_args(argv)
     if args.clients < 1 or args.questions < 1 or args.bad_every < 0:
         parser.error("--clients and --questions must be at least 1, --bad-every at least 0")
@@ -62,11 +64,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_app(model: str, log) -> tuple[subprocess.Popen, str]:
+def start_app(model: str, log, *options: str) -> tuple[subprocess.Popen, str]:
     """`python app.py` on a free local port; returns (process, url) once it answers HTTP."""
     port = free_port()
     process = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--model", model, "--host", "127.0.0.1",
-                                "--port", str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+                                "--port", str(port), *options], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.time() + 600
     while time.time() < deadline and process.poll() is None:
@@ -177,7 +179,7 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryFile() as app_log:
         try:
-            process, url = start_app(args.model, app_log)
+            process, url = start_app(args.model, app_log, *(["--no-warm-up"] if args.no_warm_up else []))
         except RuntimeError as error:
             app_log.seek(0)
             print(f"error: {error}:\n{app_log.read().decode(errors='replace')[-3000:]}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Shared fixtures: small real Korean data and a tiny model trained once per session.
 
-Markers: `slow` marks browser, notebook, subprocess and training-to-quality tests;
+Markers: `slow` marks browser, notebook, subprocess, XLA-compiling and training-to-quality tests;
 `pytest -m "not slow"` is the quick lane, plain `pytest` runs everything.
 """
 

@@ -152,7 +152,7 @@ def test_the_load_test_has_help():
 
 @pytest.mark.slow  # the app in a subprocess, under a small burst
 def test_a_burst_with_bad_requests_mixed_in_answers_every_valid_one(tiny_model_dir):
-    result = load_app("--clients", 4, "--questions", 3, "--bad-every", 2, "--model", tiny_model_dir)
+    result = load_app("--clients", 4, "--questions", 3, "--bad-every", 2, "--model", tiny_model_dir, "--no-warm-up")
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     out = result.stdout
     assert "sent 12 (6 valid, 6 invalid) from 4 clients x 3 requests" in out
