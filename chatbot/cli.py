@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--num-heads", type=int, default=m.num_heads)
     train.add_argument("--dff", type=int, default=m.dff, help="feed-forward width")
     train.add_argument("--dropout", type=float, default=m.dropout)
+    train.add_argument("--shared-embeddings", action="store_true",
+                       help="the output layer is the decoder's token embedding, transposed (fewer weights)")
     train.add_argument("--warmup-steps", type=int, default=t.warmup_steps)
     train.add_argument("--peak-learning-rate", type=float, default=t.peak_learning_rate, metavar="LR",
                        help="where the warmup schedule peaks (default: %(default)s; unset: the paper's "
@@ -148,7 +150,8 @@ def run_train(args) -> None:
     try:
         config = ChatbotConfig(
             model=ModelConfig(num_layers=args.num_layers, d_model=args.d_model, num_heads=args.num_heads,
-                              dff=args.dff, dropout=args.dropout, max_length=args.max_length),
+                              dff=args.dff, dropout=args.dropout, max_length=args.max_length,
+                              shared_embeddings=args.shared_embeddings),
             tokenizer=TokenizerConfig(vocab_size=args.vocab_size),
             context=ContextConfig(retrieved=args.retrieved, tone=args.tone),
             data=DataConfig(paths=tuple(map(str, args.data)), val_fraction=args.val_fraction, seed=args.seed),
