@@ -205,7 +205,7 @@ def apply_overrides(config, settings: list[str]):
     return config
 
 
-def run_ours(train_pairs, test, budget_min, out_dir, settings, decodes, trained=None):
+def run_ours(train_pairs, test, budget_min, out_dir, settings, decodes, trained=None, fit_rerank=False):
     import keras
 
     from chatbot.config import ChatbotConfig
@@ -216,7 +216,9 @@ def run_ours(train_pairs, test, budget_min, out_dir, settings, decodes, trained=
         model_dir = Path(trained)
         budget_file = model_dir.parent / "budget.json"
         info = json.loads(budget_file.read_text()) if budget_file.is_file() else {}
-        return score_ours(Chatbot.load(model_dir), test, out_dir, settings, decodes, info, {})
+        bot = Chatbot.load(model_dir)
+        return score_ours(refit_rerank(bot, train_pairs) if fit_rerank else bot, test, out_dir, settings, decodes,
+                          info, {})
     config = apply_overrides(ChatbotConfig(), settings)
     config = dataclasses.replace(config, train=dataclasses.replace(config.train, epochs=10_000))
     model_dir = Path(tempfile.mkdtemp(prefix="quality-")) / "model"
@@ -237,6 +239,22 @@ def run_ours(train_pairs, test, budget_min, out_dir, settings, decodes, trained=
     history = (model_dir / "history.csv").read_text(encoding="utf-8").splitlines()
     print(f"  ours: {len(history) - 1} epochs; history in {model_dir / 'history.csv'}", flush=True)
     return score_ours(Chatbot.load(model_dir), test, out_dir, settings, decodes, info, weights)
+
+
+def refit_rerank(bot, train_pairs):
+    """`bot` with rerank weights fitted as `train` fits them: on its own validation split, retrieving from
+    the rest of its training pairs. The fitting's CPU minutes are printed; they are not in the budget."""
+    from chatbot.data import split_by_question
+    from chatbot.generate import Chatbot
+    from chatbot.retrieval import Retriever
+    from chatbot.train import fit_rerank
+
+    started = cpu_minutes()
+    fit_pairs, val_pairs = split_by_question(train_pairs, bot.config.data.val_fraction, bot.config.data.seed)
+    weights = fit_rerank(bot.model, bot.tokenizer, bot.config, Retriever(fit_pairs), val_pairs,
+                         log=lambda line: print(f"  ours: {line}", flush=True))
+    print(f"  ours: fitting took {cpu_minutes() - started:.1f} CPU min", flush=True)
+    return Chatbot(bot.model, bot.tokenizer, dataclasses.replace(bot.config, rerank=weights), bot.path, bot.retriever)
 
 
 def score_ours(bot, test, out_dir, settings, decodes, info, weights):
@@ -279,6 +297,9 @@ def parse_args():
                              "default decoding, the default row)")
     parser.add_argument("--model", default=None, metavar="DIR",
                         help="score (c) with a model an earlier run trained instead of training one")
+    parser.add_argument("--fit-rerank", action="store_true",
+                        help="with --model: fit its rerank weights on its validation split first, as train does now "
+                             "(for a model trained before train fitted them)")
     parser.add_argument("--out", default="bench/quality_replies", help="folder for the replies of every row")
     parser.add_argument("--results", default=None, help="append the rows as JSON lines to this file")
     return parser.parse_args()
@@ -302,7 +323,8 @@ def main():
         replies, info = run_tutorial(train, test, args.budget_min, args.out)
         rows.append(score("(a) tutorial recipe", replies, test, args.out, info))
     if args.only in ("all", "ours"):
-        rows += run_ours(train, test, args.budget_min, args.out, args.set, args.decode or [""], args.model)
+        rows += run_ours(train, test, args.budget_min, args.out, args.set, args.decode or [""], args.model,
+                         args.fit_rerank)
     if args.results:
         with open(args.results, "a", encoding="utf-8") as file:
             for row in rows:

@@ -89,6 +89,24 @@ TONES = ("everyday", "sad", "love")  # the label column's 0, 1 and 2
 NO_CONTEXT = ContextConfig(retrieved=0, tone=False)  # what models saved before ContextConfig read
 
 
+@dataclass(frozen=True)
+class RerankConfig:
+    """The weights `chatbot.rerank.choose` gives a candidate reply's mean log-probability under the model,
+    its question's retrieval score and its overlap with the other retrieved answers. `train` fits them on
+    its validation questions (`fitted_on` of them; 0: these defaults, chosen on the default model's)."""
+
+    likelihood: float = 1.0
+    similarity: float = 1.0
+    consensus: float = 8.0
+    fitted_on: int = 0
+
+    def __post_init__(self):
+        for name in ("likelihood", "similarity", "consensus"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < math.inf:
+                raise ValueError(f"rerank {name} must be a weight of at least 0, got {value!r}")
+
+
 SELECTIONS = ("chrf", "loss", "last")
 
 
@@ -224,6 +242,7 @@ class ChatbotConfig:
     context: ContextConfig = field(default_factory=ContextConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    rerank: RerankConfig = field(default_factory=RerankConfig)
     version: str = __version__
 
     def to_json(self) -> str:
@@ -243,7 +262,7 @@ class ChatbotConfig:
         context = section(ContextConfig, "context") if "context" in raw else NO_CONTEXT
         return cls(model=section(ModelConfig, "model"), tokenizer=section(TokenizerConfig, "tokenizer"),
                    context=context, data=section(DataConfig, "data"), train=section(TrainConfig, "train"),
-                   version=raw.get("version", ""))
+                   rerank=section(RerankConfig, "rerank"), version=raw.get("version", ""))
 
     @classmethod
     def read(cls, path: str | Path) -> "ChatbotConfig":

@@ -3,9 +3,9 @@
 Owns: `CachedDecoder` (composing the encoder input in the graph, padding batches and encoder inputs
 to a few bucket shapes, the encoder pass and the whole `tf.while_loop` compiled with XLA, beam
 ranking with the optional `agreement` rescoring, and `rerank`: the generated reply weighed against
-the retrieved answers), the decoding options as tensors (`Options`) and the loop's `State`.
-Tokenizing, retrieval and detokenizing stay outside the XLA part, in plain `tf.function`s, since
-XLA cannot compile string ops. Must not know about Python-side strings,
+the retrieved answers with `chatbot.rerank`), the decoding options as tensors (`Options`) and the
+loop's `State`. Tokenizing, retrieval and detokenizing stay outside the XLA part, in plain
+`tf.function`s, since XLA cannot compile string ops. Must not know about Python-side strings,
 seeds or user errors: that is `chatbot.generate.Chatbot`'s job.
 """
 
@@ -15,21 +15,15 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from chatbot.config import NO_CONTEXT, ContextConfig, GenerationConfig
+from chatbot.config import NO_CONTEXT, ContextConfig, GenerationConfig, RerankConfig
 from chatbot.layers import padding_mask
 from chatbot.pipeline import encoder_inputs
-from chatbot.samplers import NEG_INF, Sampler, process_logits, sampler_for
-from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID, SEPARATOR_ID, START_ID, Tokenizer
+from chatbot.rerank import Features, choose, features, token_f1
+from chatbot.samplers import NEG_INF, GreedySampler, Sampler, process_logits, sampler_for
+from chatbot.tokenizer import END_ID, PAD_ID, SEPARATOR_ID, START_ID, Tokenizer
 
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # batches are padded to these many rows (XLA shapes)
-# `rerank`'s weights, chosen on 300 held-out questions of the default model's validation split and
-# checked on the other 300 (BENCHMARKS.md): score = mean log-probability of the candidate under the
-# model + SIMILARITY_WEIGHT * its question's retrieval score (0 for the generated reply) +
-# CONSENSUS_WEIGHT * its word overlap with the other retrieved answers, weighted by their scores.
-SIMILARITY_WEIGHT = 1.0
-CONSENSUS_WEIGHT = 8.0
-RERANK_WIDTH = 24  # reply tokens `rerank`'s decoder pass reads (see `CachedDecoder.mean_log_likelihood`)
 
 
 class Options(NamedTuple):
@@ -68,8 +62,9 @@ class CachedDecoder:
     With a `retriever`, the encoder also reads the answers of the nearest training questions."""
 
     def __init__(self, model, tokenizer: Tokenizer, context: ContextConfig = NO_CONTEXT, retriever=None,
-                 jit_compile: bool = True):
+                 jit_compile: bool = True, rerank: RerankConfig = RerankConfig()):
         self.model, self.tokenizer, self.context, self.retriever = model, tokenizer, context, retriever
+        self.rerank_weights = rerank
         if context.retrieved and retriever is None:
             raise ValueError("this model reads retrieved answers: it needs its retrieval index")
         self.max_length = model.max_length
@@ -212,36 +207,19 @@ class CachedDecoder:
 
     def rerank(self, encoder_ids, memory, replies, retrieved, scores, options: Options):
         """Choose each question's reply among its generated one (batch, max_length) and its retrieved
-        answers (batch, k, max_length) (Song et al. 2016: generate, then rerank generated and retrieved):
-        the model's mean log-probability of each candidate given the encoder input, plus the retrieval
-        score, plus the candidate's overlap with the other retrieved answers (answers that recur among
-        the neighbours are likelier right). A retrieved answer longer than `options.steps` is left out."""
-        candidates = tf.concat([replies[:, None], retrieved], axis=1)  # (batch, 1 + k, max_length)
-        count, k = candidates.shape[1], retrieved.shape[1]
-        likelihood = tf.reshape(self.mean_log_likelihood(tf.reshape(candidates, [-1, self.max_length]),
-                                                         tf.repeat(memory, count, axis=0),
-                                                         tf.repeat(encoder_ids, count, axis=0)), [-1, count])
-        weights = tf.maximum(scores, 0.0)[:, None, :] * tf.cast(
-            ~tf.concat([tf.zeros([1, k], tf.bool), tf.eye(k, dtype=tf.bool)], axis=0), tf.float32)[None]
-        consensus = (tf.reduce_sum(weights * token_f1(candidates, retrieved), axis=-1)
-                     / tf.maximum(tf.reduce_sum(weights, axis=-1), 1e-9))  # (batch, 1 + k), itself left out
-        total = (likelihood + SIMILARITY_WEIGHT * tf.concat([tf.zeros_like(scores[:, :1]), scores], axis=1)
-                 + CONSENSUS_WEIGHT * consensus)
-        fits = tf.reduce_sum(tf.cast(candidates >= NUM_SPECIAL, tf.int32), axis=-1) <= options.steps
-        total = tf.where(fits | (tf.range(count) == 0)[None], total, NEG_INF)
-        return tf.gather(candidates, tf.argmax(total, axis=-1, output_type=tf.int32), batch_dims=1)
+        answers (batch, k, max_length), by `chatbot.rerank`'s features and this model's weights."""
+        return choose(features(self.model, encoder_ids, memory, replies, retrieved, scores, options.steps),
+                      self.rerank_weights)
 
-    def mean_log_likelihood(self, replies, memory, encoder_ids):
-        """The model's mean log-probability per token of each reply (rows, max_length), teacher-forced in
-        one decoder pass: (rows,). The pass reads the first RERANK_WIDTH tokens only: its cost grows with
-        its width, nearly every answer ends within them (99.9% of the default model's training answers),
-        and a longer one is judged by its beginning."""
-        ids = replies[:, :min(RERANK_WIDTH, self.max_length)]
-        inputs = tf.concat([tf.fill([tf.shape(ids)[0], 1], START_ID), ids[:, :-1]], axis=1)
-        logits = self.model.decode(inputs, memory, padding_mask(encoder_ids), training=False)
-        log_probs = tf.gather(tf.nn.log_softmax(tf.cast(logits, tf.float32)), ids, axis=-1, batch_dims=2)
-        real = tf.cast(ids != PAD_ID, tf.float32)
-        return tf.reduce_sum(log_probs * real, -1) / tf.maximum(tf.reduce_sum(real, -1), 1.0)
+    def reply_features(self, texts, options: Options, count: int) -> Features:
+        """`chatbot.rerank.Features` of each question's greedy reply and `count` retrieved answers (no tone
+        asked), in the graph: what fitting the rerank weights weighs."""
+        tones = self.asked_tones(texts, None)
+        encoder_ids = self.encode_texts(texts, tones)
+        memory = self.model.encode(encoder_ids, training=False)
+        replies = self.generated_ids(encoder_ids, memory, options, GreedySampler(), 0)
+        retrieved, scores = self.retrieved_candidates(texts, tones, count)
+        return features(self.model, encoder_ids, memory, replies, retrieved, scores, options.steps)
 
     def warm_up(self, settings: GenerationConfig, options: Options, rows=BATCH_BUCKETS[:6]) -> None:
         """Compile the decoding loop for `settings` now, for every encoder length bucket and these batch
@@ -276,19 +254,6 @@ def agreement(replies, encoder_ids):
     0 where the input holds no retrieved answer."""
     context = encoder_ids * tf.cast(tf.cumsum(tf.cast(encoder_ids == SEPARATOR_ID, tf.int32), axis=1) > 0, tf.int32)
     return token_f1(replies, context[:, None, :])[..., 0]
-
-
-def token_f1(a, b):
-    """Word-piece overlap F1 of every row of `a` (batch, n, length) with every row of `b` (batch, m,
-    length'), special tokens and padding ignored: (batch, n, m) in [0, 1]."""
-    in_a, in_b = a >= NUM_SPECIAL, b >= NUM_SPECIAL
-    same = ((a[:, :, None, :, None] == b[:, None, :, None, :])
-            & in_a[:, :, None, :, None] & in_b[:, None, :, None, :])  # (batch, n, m, length, length')
-    found = tf.reduce_sum(tf.cast(tf.reduce_any(same, axis=-1), tf.float32), axis=-1)  # a's tokens found in b
-    recalled = tf.reduce_sum(tf.cast(tf.reduce_any(same, axis=-2), tf.float32), axis=-1)  # b's tokens found in a
-    precision = found / tf.maximum(tf.reduce_sum(tf.cast(in_a, tf.float32), axis=-1), 1.0)[:, :, None]
-    recall = recalled / tf.maximum(tf.reduce_sum(tf.cast(in_b, tf.float32), axis=-1), 1.0)[:, None, :]
-    return 2 * precision * recall / tf.maximum(precision + recall, 1e-9)
 
 
 def bucket(size, buckets):

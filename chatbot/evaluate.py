@@ -2,9 +2,10 @@
 
 Owns: reply metrics (chrF, character-level BLEU, exact match, unique-reply ratio, distinct-n,
 reply length), teacher-forced metrics (masked loss, perplexity, token accuracy), per-reply
-latency, `evaluate()` that gathers them into one dict, and `ReplyQualityCheckpoint`, the Keras
+latency, `evaluate()` that gathers them into one dict, `ReplyQualityCheckpoint`, the Keras
 callback that scores decoded validation replies every epoch so training can keep the epoch whose
-replies are best. Must not train.
+replies are best, and `fit_rerank_weights`, which chooses a model's rerank weights the same way.
+Must not train.
 
 chrF and BLEU come from sacrebleu. Korean has no reliable word boundaries, so BLEU is computed over
 characters (sacrebleu's `char` tokenizer) and named `bleu_char`. distinct-n counts n-grams of
@@ -13,6 +14,7 @@ space-separated words (어절) over all replies.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import Counter
@@ -128,6 +130,46 @@ def write_replies(path: str | Path, questions, references, replies) -> None:
 MIN_UNIQUE = 0.5  # below this share of distinct replies an epoch is "collapsed" and is not kept for its chrF
 
 
+def validation_sample(pairs: list, max_questions: int = 500) -> list:
+    """At most `max_questions` of the pairs, evenly spread: what epoch selection and rerank fitting ask."""
+    return pairs[:: max(1, len(pairs) // max_questions)][:max_questions]
+
+
+# The rerank weights `fit_rerank_weights` tries (consensus, likelihood), the retrieval score's weight staying 1.
+RERANK_GRID = [(consensus, likelihood) for consensus in (0, 1, 2, 4, 8, 16, 32)
+               for likelihood in (0, 0.125, 0.25, 0.5, 1, 2)]
+
+
+def fit_rerank_weights(bot, questions: list[str], references: list[str], batch_size: int = 64):
+    """The `RerankConfig` whose replies to these (validation) questions score the best chrF against their
+    references, and that chrF: among the defaults and RERANK_GRID, the defaults unless a grid point does
+    strictly better.
+    Each question's candidates (its greedy reply and the default number of retrieved answers) and their
+    features are computed once; only the weighted choice among them is tried per grid point."""
+    import tensorflow as tf
+
+    from chatbot.config import RerankConfig
+    from chatbot.rerank import Features, choice
+
+    settings, options = bot.options()
+    run = tf.function(lambda texts: bot.decoder.reply_features(texts, options, settings.candidates))
+    parts = [run(tf.constant(questions[i:i + batch_size])) for i in range(0, len(questions), batch_size)]
+    found = Features(*(tf.concat(column, axis=0) for column in zip(*parts)))
+    rows, count, length = found.candidates.shape
+    texts = bot.tokenizer.detokenize(tf.reshape(found.candidates, [-1, length])).numpy().reshape(rows, count)
+
+    def score(weights) -> float:
+        chosen = texts[np.arange(rows), choice(found, weights).numpy()]
+        return sacrebleu.corpus_chrf([text.decode("utf-8") for text in chosen], [references]).score
+
+    best, best_score = RerankConfig(), score(RerankConfig())
+    for consensus, likelihood in RERANK_GRID:
+        weights = RerankConfig(likelihood=likelihood, similarity=1.0, consensus=consensus)
+        if (candidate_score := score(weights)) > best_score:
+            best, best_score = weights, candidate_score
+    return dataclasses.replace(best, fitted_on=len(questions)), best_score
+
+
 def selection_score(chrf: float, unique_ratio: float) -> float:
     """What `ReplyQualityCheckpoint` maximises: chrF among epochs whose replies are varied, and
     below every such epoch (ranked by variety) the collapsed ones. One reply for every question
@@ -147,7 +189,7 @@ class ReplyQualityCheckpoint(keras.callbacks.Callback):
 
     def __init__(self, bot, pairs, weights_path: str | Path, max_questions: int = 500, best: float | None = None):
         super().__init__()
-        sample = pairs[:: max(1, len(pairs) // max_questions)][:max_questions]
+        sample = validation_sample(pairs, max_questions)
         self.bot, self.weights_path = bot, str(weights_path)
         self.questions, self.references = [p.question for p in sample], [p.answer for p in sample]
         self.best = -math.inf if best is None else best

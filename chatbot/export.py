@@ -32,7 +32,8 @@ class ReplyModule(tf.Module):
         self.model = bot.model
         self.sentencepiece = bot.tokenizer.sp  # tracked, so the vocabulary travels with the SavedModel
         self.retriever = bot.retriever  # and the retrieval index (its table and variables), if any
-        self._decoder = CachedDecoder(bot.model, bot.tokenizer, bot.config.context, bot.retriever)
+        self._decoder = CachedDecoder(bot.model, bot.tokenizer, bot.config.context, bot.retriever,
+                                      rerank=bot.config.rerank)
         self._settings, self._options = bot.options(strategy="greedy", max_new_tokens=bot.model.max_length, seed=0)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions")])

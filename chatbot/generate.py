@@ -33,7 +33,7 @@ class Chatbot:
                  retriever=None, jit_compile: bool = True):
         self.model, self.tokenizer, self.config, self.path = model, tokenizer, config, path
         self.retriever = retriever
-        self.decoder = CachedDecoder(model, tokenizer, config.context, retriever, jit_compile)
+        self.decoder = CachedDecoder(model, tokenizer, config.context, retriever, jit_compile, config.rerank)
         self._step = {}  # streaming: one traced step function per (strategy, n-gram size)
         self._start, self._encode = tf.function(self.decoder.start), tf.function(self.decoder.encode_texts)
         self._seeds = random.Random()  # its own: code that reseeds Python's `random` (training) leaves it alone

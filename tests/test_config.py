@@ -7,14 +7,16 @@ import json
 
 import pytest
 
-from chatbot.config import ChatbotConfig, DataConfig, GenerationConfig, ModelConfig, TrainConfig, __version__
+from chatbot.config import (ChatbotConfig, DataConfig, GenerationConfig, ModelConfig, RerankConfig, TrainConfig,
+                            __version__)
 
 DECODING_OPTIONS = [field.name for field in dataclasses.fields(GenerationConfig)]
 
 
 def test_json_round_trip_keeps_every_setting():
-    config = ChatbotConfig(model=ModelConfig(num_layers=2, d_model=64, vocab_size=123),
-                           data=DataConfig(paths=("x.csv", "y.csv"), val_fraction=0.2), train=TrainConfig(epochs=3, xla=False))
+    config = ChatbotConfig(model=ModelConfig(num_layers=2, d_model=64, vocab_size=123, shared_embeddings=True),
+                           data=DataConfig(paths=("x.csv", "y.csv"), val_fraction=0.2), train=TrainConfig(epochs=3, xla=False),
+                           rerank=RerankConfig(likelihood=0.25, consensus=4.0, fitted_on=500))
     assert ChatbotConfig.from_json(config.to_json()) == config
     assert json.loads(config.to_json())["version"] == __version__
 
@@ -23,8 +25,10 @@ def test_unknown_keys_are_ignored_and_missing_ones_take_defaults():
     raw = json.loads(ChatbotConfig().to_json())
     raw["model"]["from_the_future"] = 1
     del raw["train"]["epochs"]
+    del raw["rerank"]  # a model trained before rerank weights were fitted: the defaults
     config = ChatbotConfig.from_json(json.dumps(raw))
     assert config.model == ModelConfig() and config.train.epochs == TrainConfig().epochs
+    assert config.rerank == RerankConfig()
 
 
 @pytest.mark.parametrize("make", [
@@ -32,7 +36,9 @@ def test_unknown_keys_are_ignored_and_missing_ones_take_defaults():
     lambda: ModelConfig(dropout=1.0), lambda: DataConfig(val_fraction=1.0), lambda: TrainConfig(epochs=0),
     lambda: TrainConfig(strategy="tpu"), lambda: GenerationConfig(strategy="nucleus"),
     lambda: GenerationConfig(temperature=0.0), lambda: GenerationConfig(top_p=0.0),
-    lambda: GenerationConfig(max_new_tokens=0), lambda: GenerationConfig(no_repeat_ngram_size=-1)])
+    lambda: GenerationConfig(max_new_tokens=0), lambda: GenerationConfig(no_repeat_ngram_size=-1),
+    lambda: RerankConfig(likelihood=-1.0), lambda: RerankConfig(consensus=float("inf")),
+    lambda: RerankConfig(similarity="1"), lambda: RerankConfig(similarity=True)])
 def test_bad_settings_are_refused(make):
     with pytest.raises(ValueError):
         make()

@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from chatbot.decoding import token_f1
+from chatbot.rerank import token_f1
 from chatbot.generate import Chatbot
 from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID
 from conftest import TINY_PAIRS
@@ -67,7 +67,7 @@ def test_candidates_need_a_retrieval_index(tiny_bot):
 def test_reranking_reads_each_reply_up_to_its_width(tiny_bot, monkeypatch):
     """The teacher-forced pass is cut to RERANK_WIDTH tokens: a reply that ends within them scores as over
     the model's whole length, a longer one as its first RERANK_WIDTH tokens."""
-    import chatbot.decoding as decoding
+    import chatbot.rerank as rerank
 
     decoder = tiny_bot.decoder
     encoder_ids = decoder.encode_texts(["배고파", "비 온다"])
@@ -76,10 +76,11 @@ def test_reranking_reads_each_reply_up_to_its_width(tiny_bot, monkeypatch):
     short = [NUM_SPECIAL + 1, NUM_SPECIAL + 2, END_ID] + [PAD_ID] * (length - 3)
     long = [NUM_SPECIAL + 3 + i for i in range(length - 1)] + [END_ID]
     replies = tf.constant([short, long])
-    whole = decoder.mean_log_likelihood(replies, memory, encoder_ids).numpy()
-    beginning = decoder.mean_log_likelihood(tf.constant([short, long[:width] + [PAD_ID] * (length - width)]),
-                                            memory, encoder_ids).numpy()
-    monkeypatch.setattr(decoding, "RERANK_WIDTH", width)
-    cut = decoder.mean_log_likelihood(replies, memory, encoder_ids).numpy()
+    model = tiny_bot.model
+    whole = rerank.mean_log_likelihood(model, replies, memory, encoder_ids).numpy()
+    beginning = rerank.mean_log_likelihood(model, tf.constant([short, long[:width] + [PAD_ID] * (length - width)]),
+                                           memory, encoder_ids).numpy()
+    monkeypatch.setattr(rerank, "RERANK_WIDTH", width)
+    cut = rerank.mean_log_likelihood(model, replies, memory, encoder_ids).numpy()
     assert np.allclose(cut[0], whole[0], atol=1e-5) and np.allclose(cut[1], beginning[1], atol=1e-5)
     assert not np.allclose(cut[1], whole[1], atol=1e-5)

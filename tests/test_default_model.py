@@ -61,10 +61,10 @@ def test_new_everyday_sad_and_happy_questions_get_replies_on_their_topic(default
 
 @pytest.mark.slow  # a quality check: hundreds of replies
 def test_bundled_questions_get_their_answers(default_bot):
-    """Every tenth question of the bundled set (its own answer is retrieved with it): the committed
-    model gives 41% of them exactly their answer."""
+    """256 questions of the bundled set, evenly spread (its own answer is retrieved with it): the committed
+    model gives 41% of every tenth one exactly their answer. (256: a batch bucket, so no row is padding.)"""
     pairs, _ = load_pairs(ROOT / "data" / "korean_chat.csv")
-    sample = pairs[::10]
+    sample = pairs[::len(pairs) // 256][:256]
     replies = default_bot.reply_batch([p.question for p in sample])
     exact = sum(reply == p.answer for reply, p in zip(replies, sample)) / len(sample)
     assert exact >= 0.35, f"only {exact:.0%} of bundled questions got their answer"
@@ -75,7 +75,7 @@ def test_held_out_questions_get_varied_replies(default_bot, training_files):
     """The validation questions of its own training run: varied replies, not one sentence for all."""
     pairs, data = training_files
     _, held_out = split_by_question(pairs, data.val_fraction, data.seed)
-    replies = default_bot.reply_batch([p.question for p in held_out[:400]])
+    replies = default_bot.reply_batch([p.question for p in held_out[:256]])
     assert len(set(replies)) / len(replies) >= 0.5
 
 

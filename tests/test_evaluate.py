@@ -7,7 +7,7 @@ import pytest
 import sacrebleu
 
 from chatbot.cli import main
-from chatbot.evaluate import MIN_UNIQUE, distinct_n, reply_metrics, selection_score
+from chatbot.evaluate import MIN_UNIQUE, distinct_n, fit_rerank_weights, reply_metrics, selection_score
 
 
 def test_distinct_n_counts_unique_word_ngrams_over_all_replies():
@@ -91,6 +91,25 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
     assert len(scores) == 6 and all(row["val_chrf"] and row["val_unique"] for row in history)
     train_pairs, val = split_by_question(pairs, 0.3, config.data.seed)
     saved = Chatbot.load(out)  # its index holds the validation pairs too; training retrieved from train_pairs
+    assert saved.config.rerank.fitted_on == len(val)  # its rerank weights were chosen on them
     bot = Chatbot(saved.model, saved.tokenizer, saved.config, retriever=Retriever(train_pairs), jit_compile=False)
     kept = reply_metrics(bot.reply_batch([p.question for p in val], candidates=0), [p.answer for p in val])
     assert selection_score(kept["chrf"], kept["unique_ratio"]) == pytest.approx(max(scores), abs=1e-6)
+
+
+def test_fitted_rerank_weights_do_no_worse_than_the_defaults_and_score_what_decoding_gives(tiny_bot):
+    """Questions the tiny model never saw, with answers of its training set as references: the weights
+    fitted on them do at least as well as the defaults, and their chrF is what replies decoded with them get."""
+    import dataclasses
+
+    from chatbot.generate import Chatbot
+
+    asked = {"배고픈데 뭐 먹지": "맛있는 거 드세요.", "비가 많이 와": "우산 챙기세요.", "헤어지고 너무 힘들어": "많이 힘들겠어요.",
+             "오늘 좀 피곤하네": "푹 쉬세요.", "시험 또 망쳤다": "다음엔 잘할 거예요.", "생일이야": "생일 축하해요!"}
+    questions, references = list(asked), list(asked.values())
+    weights, chrf = fit_rerank_weights(tiny_bot, questions, references, batch_size=4)  # two batches, one partial
+    default_chrf = sacrebleu.corpus_chrf(tiny_bot.reply_batch(questions), [references]).score
+    assert weights.fitted_on == len(questions) and chrf >= default_chrf
+    fitted = Chatbot(tiny_bot.model, tiny_bot.tokenizer, dataclasses.replace(tiny_bot.config, rerank=weights),
+                     retriever=tiny_bot.retriever, jit_compile=False)
+    assert sacrebleu.corpus_chrf(fitted.reply_batch(questions), [references]).score == pytest.approx(chrf)
