@@ -102,10 +102,3 @@ def launch_app(bot, models_root):
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
                             **app.LAUNCH_OPTIONS)
     return demo, url
-
-
-def pytest_collection_modifyitems(items):
-    """TFDS's test cases are tf.test.TestCases, whose setUp calls tf.random.set_seed: that clears
-    TensorFlow's kernel cache and with it the SentencePiece resource of every model already loaded
-    (the session's shared bots). Run them first, before any model is loaded."""
-    items.sort(key=lambda item: 0 if item.path.name == "test_datasets.py" else 1)

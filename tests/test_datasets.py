@@ -24,7 +24,17 @@ DUMMY = DUMMY_DIR / "ChatbotData.csv"
 DUMMY_SPLITS = {"train": 18, "validation": 2}  # 21 rows, one with an empty answer; 19 questions, 2 held out
 
 
-class LocalConfigTest(tfds.testing.DatasetBuilderTestCase):
+class KeepKernelCache:
+    """TFDS's builder test cases without tf.test.TestCase's `tf.random.set_seed` in setUp, which clears
+    TensorFlow's kernel cache and with it the SentencePiece resource of every model this process has
+    loaded (the session's shared bots: pytest-xdist runs the files in any order)."""
+
+    def setUp(self):
+        self._set_default_seed = False
+        super().setUp()
+
+
+class LocalConfigTest(KeepKernelCache, tfds.testing.DatasetBuilderTestCase):
     """`korean_chatbot_data/local` reads the manual dir's ChatbotData.csv, whatever it is."""
 
     DATASET_CLASS = KoreanChatbotData
@@ -32,7 +42,7 @@ class LocalConfigTest(tfds.testing.DatasetBuilderTestCase):
     SPLITS = DUMMY_SPLITS
 
 
-class PublicConfigTest(tfds.testing.DatasetBuilderTestCase):
+class PublicConfigTest(KeepKernelCache, tfds.testing.DatasetBuilderTestCase):
     """The default config downloads the registered URL (mocked here) when the manual dir has no file."""
 
     DATASET_CLASS = KoreanChatbotData
