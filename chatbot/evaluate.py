@@ -143,9 +143,8 @@ RERANK_GRID = [(consensus, likelihood) for consensus in (0, 1, 2, 4, 8, 16, 32)
 def fit_rerank_weights(bot, questions: list[str], references: list[str], batch_size: int = 64):
     """The `RerankConfig` whose replies to these (validation) questions score the best chrF against their
     references, and that chrF: among the defaults and RERANK_GRID, the defaults unless a grid point does
-    strictly better.
-    Each question's candidates (its greedy reply and the default number of retrieved answers) and their
-    features are computed once; only the weighted choice among them is tried per grid point."""
+    strictly better. Each question's candidates (its greedy reply and the default number of retrieved
+    answers) and their features are computed once; only the weighted choice is tried per grid point."""
     import tensorflow as tf
 
     from chatbot.config import RerankConfig
