@@ -107,7 +107,7 @@ def test_fitted_rerank_weights_do_no_worse_than_the_defaults_and_score_what_deco
     asked = {"배고픈데 뭐 먹지": "맛있는 거 드세요.", "비가 많이 와": "우산 챙기세요.", "헤어지고 너무 힘들어": "많이 힘들겠어요.",
              "오늘 좀 피곤하네": "푹 쉬세요.", "시험 또 망쳤다": "다음엔 잘할 거예요.", "생일이야": "생일 축하해요!"}
     questions, references = list(asked), list(asked.values())
-    weights, chrf = fit_rerank_weights(tiny_bot, questions, references, batch_size=4)  # two batches, one partial
+    weights, chrf = fit_rerank_weights(tiny_bot, questions, references, batch_size=3)  # two batches
     default_chrf = sacrebleu.corpus_chrf(tiny_bot.reply_batch(questions), [references]).score
     assert weights.fitted_on == len(questions) and chrf >= default_chrf
     fitted = Chatbot(tiny_bot.model, tiny_bot.tokenizer, dataclasses.replace(tiny_bot.config, rerank=weights),
