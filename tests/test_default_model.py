@@ -61,13 +61,14 @@ def test_new_everyday_sad_and_happy_questions_get_replies_on_their_topic(default
 
 @pytest.mark.slow  # a quality check: hundreds of replies
 def test_bundled_questions_get_their_answers(default_bot):
-    """256 questions of the bundled set, evenly spread (its own answer is retrieved with it): the committed
-    model gives 41% of every tenth one exactly their answer. (256: a batch bucket, so no row is padding.)"""
+    """256 questions of the bundled set, evenly spread (256: a batch bucket, so no row is padding). Each
+    finds its own answer among the retrieved candidates, and the committed model with the default decoding
+    picks it for all 256."""
     pairs, _ = load_pairs(ROOT / "data" / "korean_chat.csv")
     sample = pairs[::len(pairs) // 256][:256]
     replies = default_bot.reply_batch([p.question for p in sample])
     exact = sum(reply == p.answer for reply, p in zip(replies, sample)) / len(sample)
-    assert exact >= 0.35, f"only {exact:.0%} of bundled questions got their answer"
+    assert exact >= 0.95, f"only {exact:.0%} of bundled questions got their answer"
 
 
 @pytest.mark.slow  # a quality check: hundreds of replies
