@@ -205,6 +205,18 @@ def test_an_ngram_size_past_the_models_max_length_is_one_error_line(tiny_model_d
                             "17")[::2], "no_repeat_ngram_size", "max_length")
 
 
+@pytest.mark.slow  # loads the model and compiles its chat loop
+def test_piped_lines_all_answered_exit_with_status_0(tiny_model_dir, capsys, monkeypatch):
+    import io
+    import types
+
+    piped = types.SimpleNamespace(isatty=lambda: False, buffer=io.BytesIO("안녕하세요\n잘 자\n".encode()))
+    monkeypatch.setattr(sys, "stdin", piped)
+    status, out, err = main(capsys, "chat", "--model", tiny_model_dir)
+    assert status == 0, err
+    assert out.splitlines() == ["반가워요.", "좋은 꿈 꾸세요."]
+
+
 def test_piped_lines_that_are_not_utf8_or_too_long_are_skipped_and_the_rest_answered(tiny_bot, capsys):
     import io
 
