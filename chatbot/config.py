@@ -95,11 +95,12 @@ NO_CONTEXT = ContextConfig(retrieved=0, tone=False)  # what models saved before 
 class RerankConfig:
     """The weights `chatbot.rerank.choose` gives a candidate reply's mean log-probability under the model,
     its question's retrieval score and its overlap with the other retrieved answers. `train` fits them on
-    its validation questions (`fitted_on` of them; 0: these defaults, chosen on the default model's)."""
+    its validation questions (`fitted_on` of them; 0: these defaults, the weights fitted for the 20-minute
+    model of `bench/quality.py`)."""
 
-    likelihood: float = 1.0
-    similarity: float = 1.0
-    consensus: float = 8.0
+    likelihood: float = 0.25
+    similarity: float = 16.0
+    consensus: float = 4.0
     fitted_on: int = 0
 
     def __post_init__(self):

@@ -135,9 +135,9 @@ def validation_sample(pairs: list, max_questions: int = 500) -> list:
     return pairs[:: max(1, len(pairs) // max_questions)][:max_questions]
 
 
-# The rerank weights `fit_rerank_weights` tries (consensus, likelihood), the retrieval score's weight staying 1.
-RERANK_GRID = [(consensus, likelihood) for consensus in (0, 1, 2, 4, 8, 16, 32)
-               for likelihood in (0, 0.125, 0.25, 0.5, 1, 2)]
+# The rerank weights `fit_rerank_weights` tries: (similarity, consensus, likelihood).
+RERANK_GRID = [(similarity, consensus, likelihood) for similarity in (1, 4, 16, 64)
+               for consensus in (0, 1, 2, 4, 8, 16, 32) for likelihood in (0, 0.125, 0.25, 0.5, 1, 2)]
 
 
 def fit_rerank_weights(bot, questions: list[str], references: list[str], batch_size: int = 64):
@@ -162,8 +162,8 @@ def fit_rerank_weights(bot, questions: list[str], references: list[str], batch_s
         return sacrebleu.corpus_chrf([text.decode("utf-8") for text in chosen], [references]).score
 
     best, best_score = RerankConfig(), score(RerankConfig())
-    for consensus, likelihood in RERANK_GRID:
-        weights = RerankConfig(likelihood=likelihood, similarity=1.0, consensus=consensus)
+    for similarity, consensus, likelihood in RERANK_GRID:
+        weights = RerankConfig(likelihood=likelihood, similarity=similarity, consensus=consensus)
         if (candidate_score := score(weights)) > best_score:
             best, best_score = weights, candidate_score
     return dataclasses.replace(best, fitted_on=len(questions)), best_score

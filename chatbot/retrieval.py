@@ -25,8 +25,8 @@ from chatbot.tokenizer import normalize_tf
 # close, the answer in the asked tone wins; a much closer question of another tone still does.
 TONE_BONUS = 0.15
 # `ranked(..., only_tone=True)` puts every row of the asked tone before every other row by taking
-# this from the others' scores (the scores are not bounded by 1: the query vector is not normalised).
-OTHER_TONE_PENALTY = 1e4
+# this from the others' scores (cosines, at most 1).
+OTHER_TONE_PENALTY = 10.0
 NO_TONE = -1
 
 
@@ -74,9 +74,8 @@ class Retriever(tf.Module):
         return len(self.pairs)
 
     def similarity(self, texts):
-        """Questions (batch,) -> similarity to every training question (batch, pairs): the cosine times
-        the query vector's norm (the query is not normalised, which changes no question's ranking;
-        TONE_BONUS is added on this scale, where it weighs less than its value suggests)."""
+        """Questions (batch,) -> cosine similarity to every training question (batch, pairs), in [0, 1]
+        (0 for a question with no known bigram)."""
         texts = normalize_tf(texts)
         grams = tf.strings.ngrams(tf.strings.unicode_split(texts, "UTF-8"), 2, separator="")
         ids = self.table.lookup(grams)
@@ -86,6 +85,7 @@ class Retriever(tf.Module):
         # Repeated bigrams add up: each brings its idf, so the query holds count * idf.
         query = tf.scatter_nd(tf.stack([rows, columns], axis=1), tf.gather(self.idf, columns),
                               tf.stack([tf.shape(texts, out_type=tf.int64)[0], self.vocabulary_size]))
+        query = tf.math.l2_normalize(query, axis=1)
         documents = tf.sparse.SparseTensor(self.indices, self.values, [len(self.pairs), self.vocabulary_size])
         return tf.transpose(tf.sparse.sparse_dense_matmul(documents, query, adjoint_b=True))
 

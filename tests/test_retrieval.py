@@ -23,11 +23,12 @@ def reference_similarity(train_questions, question):
     df = Counter(g for doc in docs for g in doc)
     idf = {g: math.log((1 + len(docs)) / (1 + n)) + 1 for g, n in df.items()}
     query = {g: c * idf[g] for g, c in Counter(char_bigrams(question)).items() if g in idf}
+    query_norm = math.sqrt(sum(w * w for w in query.values())) or 1.0
     scores = []
     for doc in docs:
         weights = {g: c * idf[g] for g, c in doc.items()}
         norm = math.sqrt(sum(w * w for w in weights.values())) or 1.0
-        scores.append(sum(query.get(g, 0.0) * w / norm for g, w in weights.items()))
+        scores.append(sum(query.get(g, 0.0) * w / norm for g, w in weights.items()) / query_norm)
     return np.array(scores)
 
 
@@ -45,6 +46,9 @@ def test_similarity_equals_tf_idf_cosine_computed_in_python(bundled_split):
     graph = retriever.similarity(tf.constant(questions)).numpy()
     for row, question in zip(graph, questions):
         np.testing.assert_allclose(row, reference_similarity([p.question for p in train], question), atol=1e-5)
+    assert graph.max() <= 1 + 1e-5
+    itself = retriever.similarity(tf.constant([train[7].question])).numpy()[0]
+    assert itself[retriever.pairs.index(train[7])] == pytest.approx(1.0, abs=1e-5)
 
 
 def test_a_training_question_never_retrieves_its_own_row_when_leaving_one_out():
