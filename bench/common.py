@@ -17,6 +17,13 @@ SHARED_DATA = ROOT.parent / "shared" / "data" / "ChatbotData.csv"
 DEFAULT_DATA = SHARED_DATA if SHARED_DATA.exists() else BUNDLED_DATA
 
 
+def training_file(path: str) -> str:
+    """A data path from a model's config.json, relative to the project: the file there, or, for the
+    ChatbotData that `download` puts in data/, the same file beside the checkout (../shared/data)."""
+    here = ROOT / path
+    return str(here if here.is_file() or not (SHARED_DATA.parent / here.name).is_file() else SHARED_DATA.parent / here.name)
+
+
 def tokenized_pairs(path, vocab_size: int):
     """Load a Q&A CSV and learn a tokenizer on it: (pairs, tokenizer, question ids, answer ids)."""
     from chatbot.data import load_pairs

@@ -14,7 +14,7 @@ import argparse
 import time
 from pathlib import Path
 
-from common import ROOT, parse_decode
+from common import ROOT, parse_decode, training_file
 
 # "" is the default decoding (greedy, then 8 retrieved answers weighed against the reply); candidates=0
 # is the model's own reply alone.
@@ -45,7 +45,7 @@ def main():
 
     bot = Chatbot.load(args.model)
     data = ChatbotConfig.read(Path(args.model) / "config.json").data
-    pairs = load_sources([str(ROOT / path) for path in data.paths], log=lambda *_: None)
+    pairs = load_sources([training_file(path) for path in data.paths], log=lambda *_: None)
     train, held_out = split_by_question(pairs, data.val_fraction, data.seed)
     held_out = held_out[: args.questions]
     questions, references = [p.question for p in held_out], [p.answer for p in held_out]

@@ -16,7 +16,7 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from common import ROOT, parse_decode
+from common import ROOT, parse_decode, training_file
 
 
 def parse_args():
@@ -43,7 +43,7 @@ def main():
     if not bot.has_tone:
         raise SystemExit(f"error: {args.model} learned no tones (its training data had no labels)")
     data = ChatbotConfig.read(Path(args.model) / "config.json").data
-    pairs = load_sources([str(ROOT / path) for path in data.paths], log=lambda *_: None)
+    pairs = load_sources([training_file(path) for path in data.paths], log=lambda *_: None)
     train, held_out = split_by_question(pairs, data.val_fraction, data.seed)
     if bot.config.context.retrieved:  # the saved index holds the held-out pairs too: retrieve as training did
         bot = Chatbot(bot.model, bot.tokenizer, bot.config, retriever=Retriever(train))

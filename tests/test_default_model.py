@@ -17,6 +17,7 @@ from topics import TOPIC_QUESTIONS, on_topic
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = ROOT / "models" / "default"
+SHARED_DATA = ROOT.parent / "shared" / "data"
 SPECIAL_PIECES = ("<pad>", "<s>", "</s>", "<unk>", "<sep>", "<tone", "\u2581")
 # On-topic replies to tests/topics.py's questions by the model this one replaced (trained on the
 # bundled set alone, no retrieval): 6 of 24.
@@ -33,7 +34,8 @@ def default_bot():
 @pytest.fixture(scope="module")
 def training_files():
     data = ChatbotConfig.read(DEFAULT_MODEL / "config.json").data
-    paths = [ROOT / path for path in data.paths]
+    # `download` puts ChatbotData in data/; the copy beside the checkout (../shared/data) is the same file.
+    paths = [ROOT / path if (ROOT / path).is_file() else SHARED_DATA / Path(path).name for path in data.paths]
     missing = [str(path) for path in paths if not path.is_file()]
     if missing:
         pytest.skip(f"training data not here: {', '.join(missing)}")
@@ -53,7 +55,7 @@ def test_the_topic_questions_are_in_no_training_file(training_files):
 @pytest.mark.slow  # loads the full-size model
 def test_new_everyday_sad_and_happy_questions_get_replies_on_their_topic(default_bot):
     """24 questions written for this test, in no training file. The committed model with the default
-    decoding (its reply weighed against 8 retrieved answers): 15 on topic; its own greedy reply: 8."""
+    decoding (its reply weighed against 8 retrieved answers): 14 on topic; its own greedy reply: 11."""
     replies = default_bot.reply_batch([q for q, _ in TOPIC_QUESTIONS])
     hits = [q for (q, stems), reply in zip(TOPIC_QUESTIONS, replies) if on_topic(reply, stems)]
     assert len(hits) >= 13 > PREVIOUS_ON_TOPIC, list(zip([q for q, _ in TOPIC_QUESTIONS], replies))
@@ -63,7 +65,7 @@ def test_new_everyday_sad_and_happy_questions_get_replies_on_their_topic(default
 def test_bundled_questions_get_their_answers(default_bot):
     """256 questions of the bundled set, evenly spread (256: a batch bucket, so no row is padding). Each
     finds its own answer among the retrieved candidates, and the committed model with the default decoding
-    picks it for all 256."""
+    picks it for 254 of the 256."""
     pairs, _ = load_pairs(ROOT / "data" / "korean_chat.csv")
     sample = pairs[::len(pairs) // 256][:256]
     replies = default_bot.reply_batch([p.question for p in sample])
