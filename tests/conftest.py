@@ -5,6 +5,7 @@ Markers: `slow` marks browser, notebook, subprocess, XLA-compiling and training-
 """
 
 import csv
+import fcntl
 import os
 import socket
 from pathlib import Path
@@ -63,14 +64,22 @@ def tiny_config(epochs=4, **train):
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, tiny_csv) -> Path:
-    """A model overfit on TINY_PAIRS, trained once per session: 450 steps, after which it gives every
-    answer exactly (it also reads the retrieved answer; at 300 steps 7 of 30 replies were off)."""
+    """A model overfit on TINY_PAIRS, trained once per test run: 450 steps, after which it gives every
+    answer exactly (it also reads the retrieved answer; at 300 steps 7 of 30 replies were off).
+    pytest-xdist's workers share it: the first to get here trains it, the others wait for it."""
     from chatbot.data import load_pairs
     from chatbot.train import train
 
-    pairs, _ = load_pairs(tiny_csv)
-    out = tmp_path_factory.mktemp("models") / "tiny"
-    return train(pairs * REPEATS, tiny_config(epochs=6), out, verbose=0, log=lambda *_: None)
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the folder that holds every worker's own temporary folder
+    out = shared / "tiny_model"
+    with open(shared / "tiny_model.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (out / "model.keras").is_file():  # `train` writes the folder whole or not at all
+            pairs, _ = load_pairs(tiny_csv)
+            train(pairs * REPEATS, tiny_config(epochs=6), out, verbose=0, log=lambda *_: None)
+    return out
 
 
 @pytest.fixture(scope="session")
