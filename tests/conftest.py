@@ -73,8 +73,9 @@ def tiny_model_dir(tmp_path_factory, tiny_csv) -> Path:
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         shared = shared.parent  # the folder that holds every worker's own temporary folder
-    out = shared / "tiny_model"
-    with open(shared / "tiny_model.lock", "w") as lock:
+    out = shared / "tiny_models" / "tiny"  # alone in its folder: tests use that folder as a model shelf
+    out.parent.mkdir(exist_ok=True)
+    with open(shared / "tiny_models.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not (out / "model.keras").is_file():  # `train` writes the folder whole or not at all
             pairs, _ = load_pairs(tiny_csv)
