@@ -34,8 +34,10 @@ class MaskedSparseCrossEntropy(keras.losses.Loss):
         else:
             per_token = keras.losses.sparse_categorical_crossentropy(y_true, logits, from_logits=True)
         mask = ops.cast(ops.not_equal(y_true, 0), "float32")
-        # A scalar: Keras' "sum_over_batch_size" reduction of a scalar leaves it unchanged.
-        return ops.sum(per_token * mask) / ops.maximum(ops.sum(mask), 1.0)
+        # Per position, weighted so that Keras' "sum_over_batch_size" reduction (sum / positions) gives the
+        # mean over real tokens. Not a scalar: Keras leaves a scalar loss unscaled under a distribution
+        # strategy, so with N replicas the gradients and the reported loss came out N times too large.
+        return per_token * mask * (ops.cast(ops.size(mask), "float32") / ops.maximum(ops.sum(mask), 1.0))
 
     def get_config(self):
         return {**super().get_config(), "label_smoothing": self.label_smoothing}

@@ -1,3 +1,5 @@
+import csv
+import json
 import os
 import subprocess
 import sys
@@ -46,9 +48,9 @@ def _train_command(csv, out, *extra):
 
 @pytest.mark.slow  # a training subprocess
 def test_mirrored_strategy_trains_on_two_logical_cpus(tmp_path):
-    csv = write_csv(tmp_path / "pairs.csv", TINY_PAIRS)
+    data = write_csv(tmp_path / "pairs.csv", TINY_PAIRS)
     # One epoch shows the replicas train together; the epochs after it would only cost time.
-    arguments = _train_command(csv, tmp_path / "mirrored", "--strategy", "mirrored", "--epochs", "1")[3:]
+    arguments = _train_command(data, tmp_path / "mirrored", "--strategy", "mirrored", "--epochs", "1")[3:]
     script = f"""
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
@@ -61,6 +63,11 @@ raise SystemExit(main({arguments!r}))
     assert result.returncode == 0, result.stderr[-2000:]
     assert "2 replica(s)" in result.stdout
     assert (tmp_path / "mirrored" / "model.keras").exists()
+    # The epoch's validation loss (each replica's half of the batch, averaged) is the loss of the saved model
+    # evaluated without replicas, not twice it as when the loss was left unscaled per replica.
+    epoch_loss = float(next(csv.DictReader(open(tmp_path / "mirrored" / "history.csv")))["val_loss"])
+    final_loss = json.loads((tmp_path / "mirrored" / "metrics.json").read_text())["val_loss"]
+    assert epoch_loss == pytest.approx(final_loss, rel=0.15)
 
 
 @pytest.mark.slow  # trains a model
