@@ -20,8 +20,8 @@ DEFAULT_DATA = SHARED_DATA if SHARED_DATA.exists() else BUNDLED_DATA
 def training_file(path: str) -> str:
     """A data path from a model's config.json, relative to the project: the file there, or, for the
     ChatbotData that `download` puts in data/, the same file beside the checkout (../shared/data)."""
-    here = ROOT / path
-    return str(here if here.is_file() or not (SHARED_DATA.parent / here.name).is_file() else SHARED_DATA.parent / here.name)
+    here, beside = ROOT / path, SHARED_DATA.parent / Path(path).name
+    return str(beside if not here.is_file() and beside.is_file() else here)
 
 
 def tokenized_pairs(path, vocab_size: int):

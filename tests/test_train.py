@@ -65,7 +65,8 @@ raise SystemExit(main({arguments!r}))
     assert (tmp_path / "mirrored" / "model.keras").exists()
     # The epoch's validation loss (each replica's half of the batch, averaged) is the loss of the saved model
     # evaluated without replicas, not twice it as when the loss was left unscaled per replica.
-    epoch_loss = float(next(csv.DictReader(open(tmp_path / "mirrored" / "history.csv")))["val_loss"])
+    history = (tmp_path / "mirrored" / "history.csv").read_text().splitlines()
+    epoch_loss = float(next(csv.DictReader(history))["val_loss"])
     final_loss = json.loads((tmp_path / "mirrored" / "metrics.json").read_text())["val_loss"]
     assert epoch_loss == pytest.approx(final_loss, rel=0.15)
 
