@@ -31,7 +31,6 @@ DEFAULT_MODEL = MODELS_ROOT / "default"
 MAX_QUESTION_CHARS = 200
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 CHAT_CONCURRENCY = 4  # streamed replies computed at once; the rest wait in the queue, in order
-API_CONCURRENCY = 32  # /chat requests taken at once: they are decoded together, in batches
 QUEUE_SIZE = 64
 POLL_SECONDS = 0.5  # how often the retrain tab refreshes its progress
 
@@ -254,8 +253,9 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT) -> gr.Blocks:
         upload.upload(ui.check_csv, upload, report, api_name="check_data")
         start.click(ui.train, [upload, epochs, size], [training_log, picker], api_name="train",
                     concurrency_id="train", concurrency_limit=None)  # the trainer's lock turns a second one away
-        gr.api(typed_chat_function(ui.chat, ChatApp.chat.__doc__), api_name="chat", concurrency_id="api",
-               concurrency_limit=API_CONCURRENCY)
+        # Not through Gradio's queue: its events cost more server time per request than a batched reply
+        # (bench/load_app.py). Gradio's thread pool takes up to 40 requests at once; the batcher decodes them together.
+        gr.api(typed_chat_function(ui.chat, ChatApp.chat.__doc__), api_name="chat", queue=False)
         gr.api(ui.models, api_name="models")
     demo.queue(default_concurrency_limit=CHAT_CONCURRENCY, max_size=QUEUE_SIZE)
     return demo

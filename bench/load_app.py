@@ -1,24 +1,31 @@
 """Load test of the web app: concurrent clients ask questions through `/chat`, invalid requests mixed in.
 
-Starts `app.py --model MODEL` on 127.0.0.1 (a free port) in a subprocess and waits until it serves,
-asks one warm-up question (the first reply compiles the decoder) and sends one uncounted warm-up
-burst (the app compiles its decoding loop once per batch shape), then runs `--clients` threads,
-each with its own gradio_client, sending `--questions` requests one after another. Requests are
-numbered round-robin over the clients, and every `--bad-every`-th one is invalid: a beam width of
-99, a seed past int32, a top_k of 2^40, no_repeat_ngram_size 1 (refused with a message) or a
-5,000-character question (the app clips it and answers). The valid ones are questions of the
-bundled data with the default settings. Prints sent / answered / refused / failed and the
-p50/p95/p99 latency of valid requests, then checks that the app still answers.
+Starts `app.py --model MODEL` on 127.0.0.1 (a free port) in a subprocess, waits until it serves and
+until its background warm-up has compiled every batch shape (its log says so), asks one warm-up
+question and sends one uncounted warm-up burst, then, for each `--clients` count, runs that many
+threads, each sending `--questions` requests one after another. Requests are numbered round-robin
+over the clients, and every `--bad-every`-th one is invalid: a beam width of 99, a seed past int32,
+a top_k of 2^40, no_repeat_ngram_size 1 (refused with a message) or a 5,000-character question (the
+app clips it and answers). The valid ones are questions of the bundled data with the default
+settings. Prints sent / answered / refused / failed and the p50/p95/p99 latency of valid requests
+per clients count, and the CPU seconds the server and the load generator used; then checks that the
+app still answers.
+
+Clients post to `/gradio_api/run/chat` over HTTP (`--client http`, the default: one request per
+reply, a few ms of the load generator's CPU), or use gradio_client (`--client gradio`, as a Python
+user would: it costs the load generator ~0.1 s of CPU per request, on the server's cores here).
 
 Exit status 1 if any valid request went unanswered, an invalid one got neither its refusal nor a
 reply, or the app stopped answering; 2 if the app did not start.
 
-    python bench/load_app.py [--clients 50] [--questions 10] [--bad-every 5] [--model models/default]
+    python bench/load_app.py [--clients 1 10 50] [--questions 10] [--bad-every 5] [--model models/default]
 """
 
 import argparse
 import csv
 import itertools
+import os
+import resource
 import socket
 import subprocess
 import sys
@@ -40,20 +47,24 @@ BAD_REQUESTS = [
     ("no_repeat_ngram_size=1", {"no_repeat_ngram_size": 1}, "refused"),
     ("5,000-character question", {"message": "배고파" * 1667}, "answered"),
 ]
+WARM_LINE = b"warm-up done"  # what the app logs once every batch shape is compiled
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", type=int, default=50, help="concurrent clients (default: %(default)s)")
+    parser.add_argument("--clients", type=int, nargs="+", default=[50], metavar="N",
+                        help="concurrent clients, one burst per count (default: %(default)s)")
     parser.add_argument("--questions", type=int, default=10, help="requests per client (default: %(default)s)")
     parser.add_argument("--bad-every", type=int, default=5, metavar="N",
                         help="every Nth request is invalid; 0: none (default: %(default)s)")
     parser.add_argument("--model", default=str(ROOT / "models" / "default"), help="model directory the app serves")
+    parser.add_argument("--client", choices=("http", "gradio"), default="http",
+                        help="plain HTTP posts or gradio_client (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds one request may take (default: %(default)s)")
     parser.add_argument("--no-warm-up", action="store_true",
                         help="start the app with --no-warm-up (it compiles each batch shape when first asked)")
     args = parser.parse_args(argv)
-    if args.clients < 1 or args.questions < 1 or args.bad_every < 0:
+    if min(args.clients) < 1 or args.questions < 1 or args.bad_every < 0:
         parser.error("--clients and --questions must be at least 1, --bad-every at least 0")
     return args
 
@@ -82,6 +93,25 @@ def start_app(model: str, log, *options: str) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("the app did not start")
 
 
+def wait_for_warm_up(process: subprocess.Popen, log_path: str, limit: float = 1800) -> float:
+    """Seconds waited until the app's log says its warm-up is done."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < limit and process.poll() is None:
+        if WARM_LINE in Path(log_path).read_bytes():
+            break
+        time.sleep(1)
+    return time.perf_counter() - start
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds of this process, or of process `pid` (Linux)."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def questions_from(path: Path) -> list[str]:
     with open(path, encoding="utf-8", newline="") as file:
         return [row[0] for row in itertools.islice(csv.reader(file), 1, None) if row and row[0].strip()]
@@ -98,33 +128,67 @@ class Outcome:
         return self.result != self.expected
 
 
-def ask(client, request: dict, timeout: float) -> tuple[str, float, str]:
-    """("answered" | "refused" | "no reply", seconds, detail) of one `/chat` request."""
-    from gradio_client.exceptions import AppError
+class HttpClient:
+    """`/chat` by a plain POST to `/gradio_api/run/chat`, every parameter given (defaults from `/gradio_api/info`)."""
 
-    request = dict(request)
+    def __init__(self, url: str, timeout: float):
+        import httpx
+
+        self.url, self.session = url, httpx.Client(timeout=timeout)
+        parameters = self.session.get(url + "gradio_api/info").json()["named_endpoints"]["/chat"]["parameters"]
+        self.defaults = {p["parameter_name"]: p.get("parameter_default") for p in parameters}
+
+    def ask(self, request: dict) -> tuple[str, str]:
+        response = self.session.post(self.url + "gradio_api/run/chat",
+                                     json={"data": [request.get(name, value) for name, value in self.defaults.items()]})
+        body = response.json()
+        if response.status_code == 200 and isinstance(body.get("data"), list) and body["data"]:
+            reply = body["data"][0]
+            return ("answered", "") if isinstance(reply, str) and reply.strip() else ("no reply", f"empty {reply!r}")
+        if body.get("error"):  # the app's own message, shown to the user
+            return "refused", " ".join(str(body["error"]).split())[:120]
+        return "no reply", f"HTTP {response.status_code}: {str(body)[:150]}"
+
+
+class GradioClient:
+    """`/chat` through gradio_client, as a Python user calls it."""
+
+    def __init__(self, url: str, timeout: float):
+        from gradio_client import Client
+
+        self.client, self.timeout = Client(url, verbose=False), timeout
+
+    def ask(self, request: dict) -> tuple[str, str]:
+        from gradio_client.exceptions import AppError
+
+        request = dict(request)
+        try:
+            reply = self.client.submit(request.pop("message"), **request, api_name="/chat").result(timeout=self.timeout)
+        except AppError as error:  # the app's own message, shown to the user
+            return "refused", " ".join(str(error).split())[:120]
+        return ("answered", "") if isinstance(reply, str) and reply.strip() else ("no reply", f"empty reply {reply!r}")
+
+
+CLIENTS = {"http": HttpClient, "gradio": GradioClient}
+
+
+def ask(client, request: dict) -> tuple[str, float, str]:
+    """("answered" | "refused" | "no reply", seconds, detail) of one `/chat` request."""
     start = time.perf_counter()
     try:
-        reply = client.submit(request.pop("message"), **request, api_name="/chat").result(timeout=timeout)
-    except AppError as error:  # the app's own message, shown to the user
-        return "refused", time.perf_counter() - start, " ".join(str(error).split())[:120]
+        result, detail = client.ask(request)
     except Exception as error:  # a timeout, a dropped connection, a server crash
-        return "no reply", time.perf_counter() - start, f"{type(error).__name__}: {error}"[:200]
-    seconds = time.perf_counter() - start
-    if isinstance(reply, str) and reply.strip():
-        return "answered", seconds, ""
-    return "no reply", seconds, f"empty reply {reply!r}"
+        result, detail = "no reply", f"{type(error).__name__}: {error}"[:200]
+    return result, time.perf_counter() - start, detail
 
 
-def run_burst(url: str, clients: int, per_client: int, bad_every: int, timeout: float) -> list[Outcome]:
-    from gradio_client import Client
-
+def run_burst(make_client, clients: int, per_client: int, bad_every: int) -> list[Outcome]:
     questions = questions_from(BUNDLED_DATA)
     outcomes, lock = [], threading.Lock()
 
     def client_thread(c: int):
         try:
-            client = Client(url, verbose=False)
+            client = make_client()
         except Exception as error:
             with lock:
                 outcomes.extend(Outcome("valid", "answered", "no reply", 0.0, f"connect: {error}")
@@ -137,7 +201,7 @@ def run_burst(url: str, clients: int, per_client: int, bad_every: int, timeout: 
             if bad_every and number % bad_every == 0:
                 kind, changes, expected = BAD_REQUESTS[(number // bad_every) % len(BAD_REQUESTS)]
                 request.update(changes)
-            result, seconds, detail = ask(client, request, timeout)
+            result, seconds, detail = ask(client, request)
             with lock:
                 outcomes.append(Outcome(kind, expected, result, seconds, detail))
 
@@ -175,29 +239,34 @@ def report(outcomes: list[Outcome], clients: int, per_client: int) -> list[str]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from gradio_client import Client
-
-    with tempfile.TemporaryFile() as app_log:
+    with tempfile.NamedTemporaryFile(suffix=".log") as app_log:
         try:
             process, url = start_app(args.model, app_log, *(["--no-warm-up"] if args.no_warm_up else []))
         except RuntimeError as error:
-            app_log.seek(0)
-            print(f"error: {error}:\n{app_log.read().decode(errors='replace')[-3000:]}", file=sys.stderr)
+            print(f"error: {error}:\n{Path(app_log.name).read_text(errors='replace')[-3000:]}", file=sys.stderr)
             return 2
+        outcomes, after = [], ("no reply", 0.0, "")
         try:
-            print(f"app: {url} serving {args.model}", flush=True)
-            warm = ask(Client(url, verbose=False), {"message": "안녕하세요"}, args.timeout)
-            print(f"warm-up: {warm[0]} in {warm[1]:.2f} s", flush=True)
+            print(f"app: {url} serving {args.model}; clients: {args.client}", flush=True)
+            if not args.no_warm_up:
+                print(f"waited {wait_for_warm_up(process, app_log.name):.0f} s for the app's warm-up", flush=True)
+            make_client = lambda: CLIENTS[args.client](url, args.timeout)  # noqa: E731
+            warm = ask(make_client(), {"message": "안녕하세요"})
+            print(f"warm-up question: {warm[0]} in {warm[1]:.2f} s", flush=True)
             start = time.perf_counter()  # a first burst, not counted, meets every batch shape the app compiles
-            run_burst(url, args.clients, 2, 0, args.timeout)
-            print(f"warm-up burst ({args.clients} clients x 2 valid requests) took {time.perf_counter() - start:.1f} s")
-            start = time.perf_counter()
-            outcomes = run_burst(url, args.clients, args.questions, args.bad_every, args.timeout)
-            print(f"burst took {time.perf_counter() - start:.1f} s")
-            for line in report(outcomes, args.clients, args.questions):
-                print(line, flush=True)
-            after = ask(Client(url, verbose=False), {"message": "배고파"}, args.timeout)
-            print(f"after the burst: {after[0]} in {after[1]:.2f} s {after[2]}".rstrip(), flush=True)
+            run_burst(make_client, max(args.clients), 2, 0)
+            print(f"warm-up burst ({max(args.clients)} clients x 2 valid requests) took "
+                  f"{time.perf_counter() - start:.1f} s", flush=True)
+            for clients in args.clients:
+                server, generator, start = cpu_seconds(process.pid), cpu_seconds(), time.perf_counter()
+                burst = run_burst(make_client, clients, args.questions, args.bad_every)
+                print(f"\n{clients} clients: burst took {time.perf_counter() - start:.1f} s; CPU: server "
+                      f"{cpu_seconds(process.pid) - server:.1f} s, load generator {cpu_seconds() - generator:.1f} s")
+                for line in report(burst, clients, args.questions):
+                    print(line, flush=True)
+                outcomes += burst
+            after = ask(make_client(), {"message": "배고파"})
+            print(f"after the bursts: {after[0]} in {after[1]:.2f} s {after[2]}".rstrip(), flush=True)
         finally:
             process.terminate()
             try:

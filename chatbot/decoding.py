@@ -208,8 +208,8 @@ class CachedDecoder:
     def rerank(self, encoder_ids, memory, replies, retrieved, scores, options: Options):
         """Choose each question's reply among its generated one (batch, max_length) and its retrieved
         answers (batch, k, max_length), by `chatbot.rerank`'s features and this model's weights."""
-        return choose(features(self.model, encoder_ids, memory, replies, retrieved, scores, options.steps),
-                      self.rerank_weights)
+        return choose(features(self.model, encoder_ids, memory, replies, retrieved, scores, options.steps,
+                               likelihood=self.rerank_weights.likelihood > 0), self.rerank_weights)
 
     def reply_features(self, texts, options: Options, count: int) -> Features:
         """`chatbot.rerank.Features` of each question's greedy reply and `count` retrieved answers (no tone

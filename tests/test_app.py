@@ -159,7 +159,7 @@ def test_a_burst_with_bad_requests_mixed_in_answers_every_valid_one(tiny_model_d
     assert "answered 7 (6 of 6 valid, 1 over-long questions clipped and answered)" in out
     assert "refused 5 (5 invalid, 0 valid)" in out and "\nfailed 0 " in out
     assert re.search(r"latency of answered valid requests: p50 [\d.]+ s, p95 [\d.]+ s, p99 [\d.]+ s", out)
-    assert "after the burst: answered" in out
+    assert "after the bursts: answered" in out
 
 
 def test_attention_endpoint_draws_a_heatmap_of_the_reply(client):

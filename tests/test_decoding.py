@@ -84,3 +84,27 @@ def test_reranking_reads_each_reply_up_to_its_width(tiny_bot, monkeypatch):
     cut = rerank.mean_log_likelihood(model, replies, memory, encoder_ids).numpy()
     assert np.allclose(cut[0], whole[0], atol=1e-5) and np.allclose(cut[1], beginning[1], atol=1e-5)
     assert not np.allclose(cut[1], whole[1], atol=1e-5)
+
+
+def test_weights_without_likelihood_skip_its_pass_and_choose_as_with_it(tiny_bot, monkeypatch):
+    """Likelihood weight 0: decoding never runs the teacher-forced pass, and picks what the weighted choice
+    over the full features (likelihoods computed) picks."""
+    import dataclasses
+
+    import chatbot.rerank as rerank
+    from chatbot.config import RerankConfig
+
+    weights = RerankConfig(likelihood=0.0, similarity=1.0, consensus=2.0)
+    questions = NEW_QUESTIONS + QUESTIONS[:5]
+    _, options = tiny_bot.options()
+    found = tiny_bot.decoder.reply_features(tf.constant(questions), options, 8)
+    assert np.any(found.likelihood.numpy() != 0)
+    expected = tiny_bot.tokenizer.detokenize(rerank.choose(found, weights)).numpy()
+
+    def no_pass(*args):
+        raise AssertionError("the likelihood pass ran")
+
+    monkeypatch.setattr(rerank, "mean_log_likelihood", no_pass)
+    plain = Chatbot(tiny_bot.model, tiny_bot.tokenizer, dataclasses.replace(tiny_bot.config, rerank=weights),
+                    retriever=tiny_bot.retriever, jit_compile=False)
+    assert plain.reply_batch(questions, candidates=8) == [text.decode("utf-8") for text in expected]
