@@ -97,7 +97,7 @@ class ChatApp:
     def __init__(self, bot, models_root: str | Path):
         self.shelf = ModelShelf(models_root, bot)
         self.trainer = BackgroundTrainer(self.shelf.root)
-        self.batcher = ReplyBatcher()
+        self.batcher = ReplyBatcher(max_batch_size=32)  # the largest batch bucket `Chatbot.warm_up` compiles
 
     def model(self, name: str | None, options: dict | None = None):
         """The model picked by `name`; with `options` (decoding and tone), also checks the ones that depend on

@@ -78,14 +78,15 @@ class CachedDecoder:
         """How many tokens a reply may get: what was asked for, within the model's positions."""
         return min(max_new_tokens, self.max_length)
 
-    def encoder_ids(self, texts, tones=None) -> tf.RaggedTensor:
+    def encoder_ids(self, texts, tones=None, similarity=None) -> tf.RaggedTensor:
         """Strings (batch,) and tones (batch,) int (-1: none) -> encoder ids (batch, None), in the graph:
-        the question, its tone token if the model learned tones, and the retrieved answers."""
+        the question, its tone token if the model learned tones, and the retrieved answers (`similarity`:
+        the questions' `Retriever.similarity`, if the caller has it)."""
         texts = tf.convert_to_tensor(texts, tf.string)
         tones = self.asked_tones(texts, tones)
         context = None
         if self.context.retrieved:
-            answers = self.retriever.nearest(texts, self.context.retrieved, tones)  # (batch, k)
+            answers = self.retriever.nearest(texts, self.context.retrieved, tones, similarity=similarity)  # (batch, k)
             context = tf.RaggedTensor.from_uniform_row_length(self.tokenizer.tokenize(tf.reshape(answers, [-1])),
                                                               tf.shape(answers, out_type=tf.int64)[1])
         return encoder_inputs(self.tokenizer.tokenize(texts), self.max_length, tones if self.context.tone else None,
@@ -98,12 +99,13 @@ class CachedDecoder:
             return tf.fill(tf.shape(texts), -1)
         return tones
 
-    def encode_texts(self, texts, tones=None):
-        """`encoder_ids` padded with 0 to a length bucket (`length_buckets`): (batch, src_len). A few
-        lengths cover every question, so XLA compiles the decoding loop a few times, not per question."""
-        ids = self.encoder_ids(texts, tones).to_tensor()
+    def encode_texts(self, texts, tones=None, similarity=None, min_length=0):
+        """`encoder_ids` padded with 0 to a length bucket (`length_buckets`), at least `min_length`: (batch,
+        src_len). A few lengths cover every question, so XLA compiles the decoding loop a few times, not
+        per question."""
+        ids = self.encoder_ids(texts, tones, similarity).to_tensor()
         width = tf.shape(ids)[1]
-        return tf.pad(ids, [[0, 0], [0, bucket(width, self.length_buckets) - width]])
+        return tf.pad(ids, [[0, 0], [0, bucket(tf.maximum(width, min_length), self.length_buckets) - width]])
 
     def start(self, encoder_ids, num_beams: int = 1, memory=None) -> State:
         """The state before the first step; each question's row repeated `num_beams` times, only the
@@ -141,7 +143,14 @@ class CachedDecoder:
         """How many retrieved answers `rerank` weighs for a `candidates` setting (none without an index)."""
         return 0 if self.retriever is None else min(candidates, len(self.retriever))
 
-    def retrieved_candidates(self, texts, tones, count: int):
+    def similarity(self, texts, candidates: int):
+        """The questions' `Retriever.similarity` when the encoder input or `candidates` need it, else None:
+        computed once for both lookups."""
+        if self.context.retrieved or self.candidate_count(candidates):
+            return self.retriever.similarity(texts)
+        return None
+
+    def retrieved_candidates(self, texts, tones, count: int, similarity=None):
         """The answers of the `count` nearest training questions as reply ids (batch, count', max_length),
         each ended by the end token as a decoded reply is, and their retrieval scores (batch, count')."""
         texts = tf.convert_to_tensor(texts, tf.string)
@@ -149,33 +158,43 @@ class CachedDecoder:
         if not count:
             return tf.zeros([tf.shape(texts)[0], 0, self.max_length], tf.int32), tf.zeros([tf.shape(texts)[0], 0])
         # a reply asked for in a tone is weighed against that tone's answers only
-        answers, scores = self.retriever.ranked(texts, count, self.asked_tones(texts, tones), only_tone=True)
+        answers, scores = self.retriever.ranked(texts, count, self.asked_tones(texts, tones), only_tone=True,
+                                                similarity=similarity)
         ids = self.tokenizer.tokenize(tf.reshape(answers, [-1]))[:, :self.max_length - 1]
         ids = tf.concat([ids, tf.fill([ids.nrows(), 1], tf.constant(END_ID, ids.dtype))], axis=1)
         ids = tf.cast(ids.to_tensor(shape=[None, self.max_length]), tf.int32)
         return tf.reshape(ids, [-1, count, self.max_length]), scores
 
     def decode(self, texts, options: Options, sampler: Sampler, no_repeat_ngram_size: int, tones=None,
-               candidates: int = 0):
+               candidates: int = 0, min_length=0):
         """Strings (batch,) -> reply ids (batch, max_length), padded after the end token, in the graph.
-        Tokenizing and retrieval run here; the encoder pass and the whole loop run in `loop`, compiled
-        with XLA, on a batch padded to a bucket (`BATCH_BUCKETS`) so a few shapes cover every batch size.
-        `candidates` > 0: the reply is `rerank`'s choice among the generated one and that many retrieved answers."""
-        encoder_ids = self.encode_texts(texts, tones)
-        retrieved, scores = self.retrieved_candidates(texts, tones, candidates)
+        Tokenizing and retrieval (one similarity matrix for both lookups) run here; the encoder pass and the
+        whole loop run in `loop`, compiled with XLA, on a batch padded to a bucket (`BATCH_BUCKETS`) so a few
+        shapes cover every batch size.
+        `candidates` > 0: the reply is `rerank`'s choice among the generated one and that many retrieved answers.
+        `min_length`: the least encoder length bucket (what `warm_up` compiles)."""
+        texts = tf.convert_to_tensor(texts, tf.string)
+        similarity = self.similarity(texts, candidates)
+        encoder_ids = self.encode_texts(texts, tones, similarity, min_length)
+        retrieved, scores = self.retrieved_candidates(texts, tones, candidates, similarity)
         batch = tf.shape(encoder_ids)[0]
         rows = bucket(batch, BATCH_BUCKETS)
         pad = lambda t: tf.pad(t, [[0, rows - batch]] + [[0, 0]] * (t.shape.rank - 1))  # noqa: E731
-        return self.loop(sampler, no_repeat_ngram_size)(pad(encoder_ids), pad(retrieved), pad(scores), options)[:batch]
+        loop = self.loop(sampler, no_repeat_ngram_size, retrieved.shape[1])
+        return loop(pad(encoder_ids), pad(retrieved), pad(scores), options)[:batch]
 
-    def loop(self, sampler: Sampler, no_repeat_ngram_size: int):
-        """The compiled `decode_ids` for one sampler and n-gram size (made once, then reused)."""
-        key = (type(sampler).__name__, sampler.num_beams, no_repeat_ngram_size)
+    def loop(self, sampler: Sampler, no_repeat_ngram_size: int, candidates: int = 0):
+        """The compiled `decode_ids` for one sampler, n-gram size and number of retrieved candidates (made
+        once, then reused). One traced function with open batch and length dimensions, which XLA compiles
+        once per shape it meets."""
+        key = (type(sampler).__name__, sampler.num_beams, no_repeat_ngram_size, candidates)
         if key not in self._loops:
             self._loops[key] = tf.function(
                 lambda ids, retrieved, scores, options: self.decode_ids(ids, options, sampler, no_repeat_ngram_size,
                                                                         retrieved, scores),
-                jit_compile=self.jit_compile)
+                jit_compile=self.jit_compile, input_signature=[
+                    tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, candidates, self.max_length], tf.int32),
+                    tf.TensorSpec([None, candidates], tf.float32), OPTIONS_SIGNATURE])
         return self._loops[key]
 
     def decode_ids(self, encoder_ids, options: Options, sampler: Sampler, no_repeat_ngram_size: int,
@@ -215,23 +234,23 @@ class CachedDecoder:
         """`chatbot.rerank.Features` of each question's greedy reply and `count` retrieved answers (no tone
         asked), in the graph: what fitting the rerank weights weighs."""
         tones = self.asked_tones(texts, None)
-        encoder_ids = self.encode_texts(texts, tones)
+        similarity = self.similarity(texts, count)
+        encoder_ids = self.encode_texts(texts, tones, similarity)
         memory = self.model.encode(encoder_ids, training=False)
         replies = self.generated_ids(encoder_ids, memory, options, GreedySampler(), 0)
-        retrieved, scores = self.retrieved_candidates(texts, tones, count)
+        retrieved, scores = self.retrieved_candidates(texts, tones, count, similarity)
         return features(self.model, encoder_ids, memory, replies, retrieved, scores, options.steps)
 
     def warm_up(self, settings: GenerationConfig, options: Options, rows=BATCH_BUCKETS[:6]) -> None:
         """Compile the decoding loop for `settings` now, for every encoder length bucket and these batch
-        buckets, so that no request waits for a compilation later."""
-        loop = self.loop(sampler_for(settings), settings.no_repeat_ngram_size)
-        k = self.candidate_count(settings.candidates)
+        buckets, so that no request waits for a compilation later. It goes through `generate`, as requests
+        do: XLA's compilations are not shared between a function called on its own and the same function
+        inside another graph."""
         for length in self.length_buckets:
             for count in rows:
-                loop(tf.zeros([count, length], tf.int32), tf.zeros([count, k, self.max_length], tf.int32),
-                     tf.zeros([count, k]), options)
+                self.generate(["안녕"] * count, options, settings, [-1] * count, min_length=length)
 
-    def generate(self, texts, options: Options, settings: GenerationConfig, tones):
+    def generate(self, texts, options: Options, settings: GenerationConfig, tones, min_length: int = 0):
         """Reply ids (batch, max_length) and reply strings (batch,) from one compiled call per
         (strategy, beam width, n-gram size): detokenizing runs in the graph too."""
         key = (settings.strategy, settings.num_beams if settings.strategy == "beam" else 0,
@@ -239,13 +258,16 @@ class CachedDecoder:
         if key not in self._compiled:
             sampler = sampler_for(settings)
 
-            def generate(texts, options, tones):
-                ids = self.decode(texts, options, sampler, settings.no_repeat_ngram_size, tones, settings.candidates)
+            def generate(texts, options, tones, min_length):
+                ids = self.decode(texts, options, sampler, settings.no_repeat_ngram_size, tones, settings.candidates,
+                                  min_length)
                 return ids, self.tokenizer.detokenize(ids)
 
             self._compiled[key] = tf.function(generate, input_signature=[
-                tf.TensorSpec([None], tf.string), OPTIONS_SIGNATURE, tf.TensorSpec([None], tf.int32)])
-        return self._compiled[key](tf.constant(texts, tf.string), options, tf.constant(tones, tf.int32))
+                tf.TensorSpec([None], tf.string), OPTIONS_SIGNATURE, tf.TensorSpec([None], tf.int32),
+                tf.TensorSpec([], tf.int32)])
+        return self._compiled[key](tf.constant(texts, tf.string), options, tf.constant(tones, tf.int32),
+                                   tf.constant(min_length, tf.int32))
 
 
 def agreement(replies, encoder_ids):

@@ -89,19 +89,21 @@ class Retriever(tf.Module):
         documents = tf.sparse.SparseTensor(self.indices, self.values, [len(self.pairs), self.vocabulary_size])
         return tf.transpose(tf.sparse.sparse_dense_matmul(documents, query, adjoint_b=True))
 
-    def nearest(self, texts, k: int, tones=None, leave_one_out: bool = False):
+    def nearest(self, texts, k: int, tones=None, leave_one_out: bool = False, similarity=None):
         """The answers of the `k` nearest training questions, nearest first: strings (batch, k).
 
         `tones` (batch,) int: rows labelled with a question's tone get TONE_BONUS (NO_TONE: none).
-        `leave_one_out`: a training question never finds a row with its own text (for training)."""
-        return self.ranked(texts, k, tones, leave_one_out)[0]
+        `leave_one_out`: a training question never finds a row with its own text (for training).
+        `similarity`: the questions' `similarity`, if the caller has it already."""
+        return self.ranked(texts, k, tones, leave_one_out, similarity=similarity)[0]
 
-    def ranked(self, texts, k: int, tones=None, leave_one_out: bool = False, only_tone: bool = False):
+    def ranked(self, texts, k: int, tones=None, leave_one_out: bool = False, only_tone: bool = False,
+               similarity=None):
         """`nearest`, with each answer's question's similarity score (without the tone's bonus): answers
         (batch, k') strings and scores (batch, k') float32, k' = min(k, pairs). `only_tone`: rows of the
         asked tone come first, however far, instead of getting TONE_BONUS."""
         texts = tf.convert_to_tensor(texts, tf.string)
-        similarity = scores = self.similarity(texts)
+        similarity = scores = self.similarity(texts) if similarity is None else similarity
         if tones is not None:
             tones = tf.convert_to_tensor(tones, tf.int32)
             asked = tones[:, None] != NO_TONE

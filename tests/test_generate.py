@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from chatbot.decoding import BATCH_BUCKETS, bucket
+from chatbot.config import GenerationConfig
 from chatbot.generate import Chatbot
 from chatbot.samplers import GreedySampler
 from chatbot.tokenizer import END_ID, NUM_SPECIAL
@@ -162,11 +163,17 @@ def test_questions_over_the_cap_are_refused_with_a_clear_message(tiny_bot):
 
 
 @pytest.mark.slow  # XLA compilations of several shapes
-def test_warm_up_runs_every_bucket_and_changes_no_reply(tiny_model_dir, tiny_bot):
+def test_warm_up_goes_through_the_graph_requests_run_and_changes_no_reply(tiny_model_dir, tiny_bot):
+    """The warm-up's replies and a request's run one traced graph around one traced loop: XLA's
+    compilations of a shape are shared only then (a loop called on its own compiles apart)."""
     bot = Chatbot.load(tiny_model_dir)  # with XLA: warming up is what it is for
     bot.warm_up(rows=(8,))  # the batch bucket of the five questions below: every length of it compiled here
-    assert bot.decoder.loop(GreedySampler(), 0).experimental_get_tracing_count() >= 1
+    decoder = bot.decoder
+    loop = decoder.loop(GreedySampler(), 0, decoder.candidate_count(GenerationConfig().candidates))
+    assert loop.experimental_get_tracing_count() == 1 and len(decoder._compiled) == 1
     assert bot.reply_batch(QUESTIONS[:5]) == tiny_bot.reply_batch(QUESTIONS[:5])
+    assert loop.experimental_get_tracing_count() == 1 and len(decoder._compiled) == 1
+    assert next(iter(decoder._compiled.values())).experimental_get_tracing_count() == 1
 
 
 def test_agreement_is_the_token_f1_with_the_retrieved_answers():
