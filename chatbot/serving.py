@@ -1,10 +1,11 @@
 """Answering concurrent requests together: a small batching queue in front of `Chatbot.reply_batch`.
 
 Owns: `ReplyBatcher`, which lets many threads (the web app's request workers) ask for one reply
-each while the model decodes them in batches. No thread of its own: the first caller that finds
-the model idle decodes everything waiting, grouped by model, tone and decoding settings, and keeps
-going while more requests arrive; the others wait for their own reply. A request's error (an
-option the model refuses) is raised in that request's thread only.
+each while the model decodes them in batches. No thread of its own: one caller at a time leads,
+decoding everything waiting, grouped by model, tone and decoding settings, until its own reply is
+done; then it hands the lead to the oldest waiting caller and returns, so no caller's reply waits
+behind batches that arrived after it. A request's error (an option the model refuses) is raised in
+that request's thread only.
 Must not touch Gradio or decide what the user sees.
 """
 
@@ -24,6 +25,7 @@ class _Request:
     tone: object
     decoding: dict
     reply: Future = dataclasses.field(default_factory=Future)
+    wake: threading.Event = dataclasses.field(default_factory=threading.Event)  # reply done, or lead now
     key: tuple = dataclasses.field(init=False)
 
     def __post_init__(self):
@@ -45,7 +47,7 @@ class ReplyBatcher:
         self.max_batch_size = max_batch_size
         self._lock = threading.Lock()
         self._waiting: list[_Request] = []
-        self._busy = False
+        self._busy = False  # a caller leads
         self.batches: list[int] = []  # the size of every batch decoded so far (for tests and benchmarks)
 
     def reply(self, bot, question: str, tone=None, **decoding) -> str:
@@ -53,17 +55,26 @@ class ReplyBatcher:
         request = _Request(bot, question, tone, decoding)
         with self._lock:
             self._waiting.append(request)
-            lead, self._busy = not self._busy, True
-        if lead:
-            self._decode_waiting()
-        return request.reply.result()
+            if not self._busy:
+                self._busy = True
+                request.wake.set()
+        while True:
+            request.wake.wait()
+            if request.reply.done():
+                return request.reply.result()
+            request.wake.clear()  # woken to lead
+            self._lead(request)
 
-    def _decode_waiting(self) -> None:
-        """Decode what is waiting, batch after batch, until nothing is; then let the next caller lead."""
+    def _lead(self, leader: _Request) -> None:
+        """Decode what is waiting, batch after batch, until the leader's own reply is done; then wake
+        the oldest waiting caller to lead, or let the next caller lead if none is waiting."""
         while True:
             with self._lock:
-                if not self._waiting:
-                    self._busy = False
+                if leader.reply.done():
+                    if self._waiting:
+                        self._waiting[0].wake.set()
+                    else:
+                        self._busy = False
                     return
                 batch, rest = [], []
                 for request in self._waiting:
@@ -80,6 +91,8 @@ class ReplyBatcher:
         except BaseException as error:  # noqa: BLE001 - handed to every waiting caller, raised in its thread
             for request in batch:
                 request.reply.set_exception(error)
+                request.wake.set()
             return
         for request, reply in zip(batch, replies):
             request.reply.set_result(reply)
+            request.wake.set()

@@ -98,3 +98,37 @@ def test_max_batch_size_is_checked_and_kept(tiny_bot):
     held = HeldFirstBatch(tiny_bot, batcher, expected=len(QUESTIONS) - 1)
     ask_all(batcher, held, [(q, {}) for q in QUESTIONS])
     assert batcher.batches == [1, 3, 3, 1]
+
+
+def test_the_leader_returns_once_its_own_batch_is_done_and_a_waiting_caller_leads(tiny_bot):
+    """A reply never waits behind batches that arrived after it: the second batch is decoded only after
+    the first caller got its reply back (by the second caller, who leads then)."""
+    batcher, first_returned = ReplyBatcher(), threading.Event()
+
+    class SecondBatchWaits(HeldFirstBatch):
+        def reply_batch(self, texts, tone=None, **decoding):
+            if self.calls and not first_returned.wait(5):
+                raise AssertionError("the first caller is still decoding later batches")
+            return super().reply_batch(texts, tone, **decoding)
+
+    bot = SecondBatchWaits(tiny_bot, batcher, expected=1)
+    results = {}
+
+    def first():
+        results["first"] = batcher.reply(bot, "안녕")
+        first_returned.set()
+
+    def second():
+        results["second"] = batcher.reply(bot, "배고파")
+
+    leader = threading.Thread(target=first)
+    leader.start()
+    while not batcher.batches:
+        threading.Event().wait(0.001)
+    follower = threading.Thread(target=second)
+    follower.start()
+    leader.join(timeout=60)
+    follower.join(timeout=60)
+    assert results == {"first": tiny_bot.reply("안녕"), "second": tiny_bot.reply("배고파")}
+    assert bot.calls == [["안녕"], ["배고파"]] and batcher.batches == [1, 1]
+    assert not batcher._busy and not batcher._waiting
