@@ -192,7 +192,7 @@ class CachedDecoder:
             self._loops[key] = tf.function(
                 lambda ids, retrieved, scores, options: self.decode_ids(ids, options, sampler, no_repeat_ngram_size,
                                                                         retrieved, scores),
-                jit_compile=self.jit_compile, input_signature=[
+                jit_compile=self.jit_compile, autograph=False, input_signature=[
                     tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, candidates, self.max_length], tf.int32),
                     tf.TensorSpec([None, candidates], tf.float32), OPTIONS_SIGNATURE])
         return self._loops[key]
@@ -263,7 +263,7 @@ class CachedDecoder:
                                   min_length)
                 return ids, self.tokenizer.detokenize(ids)
 
-            self._compiled[key] = tf.function(generate, input_signature=[
+            self._compiled[key] = tf.function(generate, autograph=False, input_signature=[
                 tf.TensorSpec([None], tf.string), OPTIONS_SIGNATURE, tf.TensorSpec([None], tf.int32),
                 tf.TensorSpec([], tf.int32)])
         return self._compiled[key](tf.constant(texts, tf.string), options, tf.constant(tones, tf.int32),

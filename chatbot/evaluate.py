@@ -72,7 +72,7 @@ def teacher_forced_metrics(bot, pairs, batch_size: int = 64) -> dict:
                         max_length=bot.model.max_length, batch_size=batch_size, shuffle=False,
                         encoder_ids=bot.decoder.encoder_ids(tf.constant(questions)))  # with retrieved answers
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def sums(inputs, targets):
         logits = tf.cast(bot.model(inputs, training=False), tf.float32)
         mask = tf.cast(targets != 0, tf.float32)
@@ -151,7 +151,7 @@ def fit_rerank_weights(bot, questions: list[str], references: list[str], batch_s
     from chatbot.rerank import Features, choice
 
     settings, options = bot.options()
-    run = tf.function(lambda texts: bot.decoder.reply_features(texts, options, settings.candidates))
+    run = tf.function(lambda texts: bot.decoder.reply_features(texts, options, settings.candidates), autograph=False)
     parts = [run(tf.constant(questions[i:i + batch_size])) for i in range(0, len(questions), batch_size)]
     found = Features(*(tf.concat(column, axis=0) for column in zip(*parts)))
     rows, count, length = found.candidates.shape

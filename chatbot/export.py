@@ -36,12 +36,12 @@ class ReplyModule(tf.Module):
                                       rerank=bot.config.rerank)
         self._settings, self._options = bot.options(strategy="greedy", max_new_tokens=bot.model.max_length, seed=0)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions")], autograph=False)
     def serve(self, questions):
         return self.serve_with_tone(questions, tf.fill(tf.shape(questions), -1))
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions"),
-                                  tf.TensorSpec([None], tf.int32, name="tones")])
+                                  tf.TensorSpec([None], tf.int32, name="tones")], autograph=False)
     def serve_with_tone(self, questions, tones):
         ids = self._decoder.decode(questions, self._options, GreedySampler(), no_repeat_ngram_size=0, tones=tones,
                                    candidates=self._settings.candidates)

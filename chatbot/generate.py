@@ -35,7 +35,8 @@ class Chatbot:
         self.retriever = retriever
         self.decoder = CachedDecoder(model, tokenizer, config.context, retriever, jit_compile, config.rerank)
         self._step = {}  # streaming: one traced step function per (strategy, n-gram size)
-        self._start, self._encode = tf.function(self.decoder.start), tf.function(self.decoder.encode_texts)
+        self._start = tf.function(self.decoder.start, autograph=False)
+        self._encode = tf.function(self.decoder.encode_texts, autograph=False)
         self._seeds = random.Random()  # its own: code that reseeds Python's `random` (training) leaves it alone
 
     @classmethod
@@ -138,7 +139,8 @@ class Chatbot:
         key = (settings.strategy, settings.no_repeat_ngram_size)
         if key not in self._step:
             sampler = sampler_for(settings)
-            self._step[key] = tf.function(lambda s, o: self.decoder.step(s, o, sampler, settings.no_repeat_ngram_size))
+            self._step[key] = tf.function(lambda s, o: self.decoder.step(s, o, sampler, settings.no_repeat_ngram_size),
+                                         autograph=False)
         return self._step[key], self._start, self._encode
 
     def attention(self, text: str, reply: str | None = None, tone=None) -> dict:

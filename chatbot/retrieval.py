@@ -119,7 +119,7 @@ class Retriever(tf.Module):
 
     def leave_one_out(self, pairs: list[QAPair], k: int, tones, batch_size: int = 256) -> list[list[str]]:
         """`nearest` for many training questions, in batches: candidates (len(pairs), k) as text."""
-        lookup = tf.function(lambda t, s: self.nearest(t, k, s, leave_one_out=True))
+        lookup = tf.function(lambda t, s: self.nearest(t, k, s, leave_one_out=True), autograph=False)
         found = []
         for first in range(0, len(pairs), batch_size):
             chunk = [p.question for p in pairs[first:first + batch_size]]
