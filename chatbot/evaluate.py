@@ -151,15 +151,21 @@ def fit_rerank_weights(bot, questions: list[str], references: list[str], batch_s
     from chatbot.rerank import Features, choice
 
     settings, options = bot.options()
-    run = tf.function(lambda texts: bot.decoder.reply_features(texts, options, settings.candidates), autograph=False)
+    run = tf.function(lambda texts: bot.decoder.reply_features(texts, options, settings.candidates), autograph=False,
+                      input_signature=[tf.TensorSpec([None], tf.string)])  # one trace, whatever the last batch's size
     parts = [run(tf.constant(questions[i:i + batch_size])) for i in range(0, len(questions), batch_size)]
     found = Features(*(tf.concat(column, axis=0) for column in zip(*parts)))
     rows, count, length = found.candidates.shape
     texts = bot.tokenizer.detokenize(tf.reshape(found.candidates, [-1, length])).numpy().reshape(rows, count)
 
+    scores = {}  # many weights choose alike: chrF once per distinct choice
+
     def score(weights) -> float:
-        chosen = texts[np.arange(rows), choice(found, weights).numpy()]
-        return sacrebleu.corpus_chrf([text.decode("utf-8") for text in chosen], [references]).score
+        picked = choice(found, weights).numpy()
+        if (key := picked.tobytes()) not in scores:
+            chosen = texts[np.arange(rows), picked]
+            scores[key] = sacrebleu.corpus_chrf([text.decode("utf-8") for text in chosen], [references]).score
+        return scores[key]
 
     best, best_score = RerankConfig(), score(RerankConfig())
     for similarity, consensus, likelihood in RERANK_GRID:
