@@ -5,6 +5,11 @@ All rows feed the same model the same pairs; the script times training steps of 
 in alternating rounds of one run, after a warm-up epoch that traces (and compiles) every batch
 shape, and prints non-pad target tokens per second and the ratios to the tutorial's recipe.
 
+The last row is the package's own recipe whole: also its tokenizer of 4,000 pieces (`train`'s
+default) instead of the 8,000 of the other rows, so its model's output layer is half as wide. Its
+tokens are shorter, so tokens per second do not compare across tokenizers: that row is compared in
+question/answer pairs per second (an epoch's time), which every row also prints.
+
     python bench/train_throughput.py [--data CSV] [--steps 40] [--batch-size 64]
 
 Data: ../shared/data/ChatbotData.csv when present, else the bundled data/korean_chat.csv.
@@ -39,52 +44,65 @@ def main():
     from chatbot.pipeline import make_dataset
 
     pairs, tokenizer, questions, answers = tokenized_pairs(args.data, 8000)
-    print(f"data: {args.data} ({len(pairs)} pairs), vocabulary {tokenizer.vocab_size}, batch {args.batch_size}")
+    _, own_tokenizer, own_questions, own_answers = tokenized_pairs(args.data, 4000)
+    print(f"data: {args.data} ({len(pairs)} pairs), vocabulary {tokenizer.vocab_size} "
+          f"(the package's own: {own_tokenizer.vocab_size}), batch {args.batch_size}")
 
-    model = Transformer(tokenizer.vocab_size, max_length=args.max_length)
-    model.compile(optimizer=transformer_optimizer(128), loss=MaskedSparseCrossEntropy(), metrics=[MaskedAccuracy()])
+    def steps_for(vocab_size):
+        """(plain step, XLA step) training one new model of this vocabulary."""
+        model = Transformer(vocab_size, max_length=args.max_length)
+        model.compile(optimizer=transformer_optimizer(128), loss=MaskedSparseCrossEntropy(),
+                      metrics=[MaskedAccuracy()])
 
-    def train_step(inputs, targets):
-        with tf.GradientTape() as tape:
-            loss = model.loss(targets, model(inputs, training=True))
-        model.optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
-                                            model.trainable_variables))
-        return loss
+        def train_step(inputs, targets):
+            with tf.GradientTape() as tape:
+                loss = model.loss(targets, model(inputs, training=True))
+            model.optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                                model.trainable_variables))
+            return loss
 
-    plain, xla = tf.function(train_step, reduce_retracing=True), tf.function(train_step, jit_compile=True)
+        return tf.function(train_step, reduce_retracing=True), tf.function(train_step, jit_compile=True)
+
+    (plain, xla), (own_plain, _) = steps_for(tokenizer.vocab_size), steps_for(own_tokenizer.vocab_size)
     budget = args.batch_size * args.max_length  # the tutorial's padded batch, in tokens
-    rows = {  # name: (bucketed, batch token budget, step)
-        "tutorial: padded": (False, 0, plain),
-        "bucketed": (True, 0, plain),
-        f"bucketed, {budget}-token batches": (True, budget, plain),
-        **({"bucketed + XLA": (True, 0, xla)} if args.xla else {}),
+    ids, own_ids = (questions, answers), (own_questions, own_answers)
+    rows = {  # name: (bucketed, batch token budget, step, (question ids, answer ids))
+        "tutorial: padded": (False, 0, plain, ids),
+        "bucketed": (True, 0, plain, ids),
+        f"bucketed, {budget}-token batches": (True, budget, plain, ids),
+        **({"bucketed + XLA": (True, 0, xla, ids)} if args.xla else {}),
+        "package recipe, 4,000 pieces": (True, budget, own_plain, own_ids),
     }
-    pipelines = {name: make_dataset(questions, answers, max_length=args.max_length, batch_size=args.batch_size,
-                                    bucketed=bucketed, batch_tokens=tokens) for name, (bucketed, tokens, _) in rows.items()}
+    pipelines = {name: make_dataset(*data, max_length=args.max_length, batch_size=args.batch_size,
+                                    bucketed=bucketed, batch_tokens=tokens)
+                 for name, (bucketed, tokens, _, data) in rows.items()}
     epoch = max(int(data.cardinality()) for data in pipelines.values())
     batches = {name: iter(data.repeat()) for name, data in pipelines.items()}
-    step_of = {name: step for name, (_, _, step) in rows.items()}
+    step_of = {name: step for name, (_, _, step, _) in rows.items()}
 
     def run(name, steps):
-        tokens, start = 0, time.perf_counter()
+        tokens, count, start = 0, 0, time.perf_counter()
         for inputs, targets in itertools.islice(batches[name], steps):
             step_of[name](inputs, targets)
             tokens += int(tf.math.count_nonzero(targets))
-        return tokens, time.perf_counter() - start
+            count += int(tf.shape(targets)[0])
+        return tokens, count, time.perf_counter() - start
 
     for name in pipelines:  # warm up: one epoch traces (and compiles) every batch shape before timing
         run(name, epoch + 1)
-    totals = {name: [0, 0.0] for name in pipelines}
+    totals = {name: [0, 0, 0.0] for name in pipelines}
     for _ in range(args.rounds):
         for name in pipelines:
-            tokens, seconds = run(name, args.steps)
-            totals[name][0] += tokens
-            totals[name][1] += seconds
-    rates = {name: tokens / seconds for name, (tokens, seconds) in totals.items()}
-    tutorial = rates["tutorial: padded"]
-    for name, rate in rates.items():
-        print(f"{name:29s} {rate:8.0f} non-pad target tokens/s  {rate / tutorial:5.2f}x the tutorial  "
-              f"({totals[name][0]} tokens in {totals[name][1]:.1f} s)")
+            for total, value in enumerate(run(name, args.steps)):
+                totals[name][total] += value
+    tokens, count, seconds = totals["tutorial: padded"]
+    tutorial_tokens, tutorial_pairs = tokens / seconds, count / seconds
+    for name, (tokens, count, seconds) in totals.items():
+        # another tokenizer's tokens are not the same unit: that row's tokens/s gets no ratio
+        token_ratio = "   -  " if name.startswith("package") else f"{tokens / seconds / tutorial_tokens:5.2f}x"
+        print(f"{name:29s} {tokens / seconds:6.0f} non-pad target tokens/s {token_ratio} | {count / seconds:5.1f} "
+              f"pairs/s {count / seconds / tutorial_pairs:5.2f}x the tutorial  ({tokens} tokens, {count} pairs "
+              f"in {seconds:.1f} s)")
     keras.backend.clear_session()
 
 
