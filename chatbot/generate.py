@@ -85,7 +85,6 @@ class Chatbot:
         """Trace and compile everything a reply with these settings needs, for batches of `rows` (the web
         app does it at start, in the background), so the first requests of each size do not wait for XLA."""
         settings, options = self.options(**decoding)
-        self.reply("안녕", **decoding)
         self.decoder.warm_up(settings, options, rows)
 
     def reply_ids(self, texts: list[str], tone=None, **decoding) -> np.ndarray:
