@@ -101,8 +101,8 @@ def main():
     tokens, count, seconds = totals["tutorial: padded"]
     tutorial_tokens, tutorial_pairs = tokens / seconds, count / seconds
     for name, (tokens, count, seconds) in totals.items():
-        # another tokenizer's tokens are not the same unit: that row's tokens/s gets no ratio
-        token_ratio = "   -  " if name.startswith("package") else f"{tokens / seconds / tutorial_tokens:5.2f}x"
+        # another tokenizer's tokens are not the same unit: those rows' tokens/s get no ratio
+        token_ratio = "   -  " if rows[name][3] is own_ids else f"{tokens / seconds / tutorial_tokens:5.2f}x"
         print(f"{name:30s} {tokens / seconds:6.0f} non-pad target tokens/s {token_ratio} | {count / seconds:5.1f} "
               f"pairs/s {count / seconds / tutorial_pairs:5.2f}x the tutorial  ({tokens} tokens, {count} pairs "
               f"in {seconds:.1f} s)")

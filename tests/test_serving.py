@@ -1,6 +1,7 @@
 """ReplyBatcher: concurrent requests decoded together, each caller getting its own reply or error."""
 
 import threading
+import time
 
 import pytest
 
@@ -40,12 +41,12 @@ def ask_all(batcher, bot, requests):
     threads = [threading.Thread(target=ask, args=(i, q, o)) for i, (q, o) in enumerate(requests)]
     threads[0].start()
     while not batcher.batches:  # the first request leads and has taken its batch; the rest arrive while it decodes
-        threading.Event().wait(0.001)
+        time.sleep(0.001)
     for thread in threads[1:]:  # one at a time, so they queue in order (a refused one never queues)
         queued = len(batcher._waiting)
         thread.start()
         while len(batcher._waiting) == queued and thread.is_alive():
-            threading.Event().wait(0.001)
+            time.sleep(0.001)
     for thread in threads:
         thread.join(timeout=120)
     return results
@@ -124,7 +125,7 @@ def test_the_leader_returns_once_its_own_batch_is_done_and_a_waiting_caller_lead
     leader = threading.Thread(target=first)
     leader.start()
     while not batcher.batches:
-        threading.Event().wait(0.001)
+        time.sleep(0.001)
     follower = threading.Thread(target=second)
     follower.start()
     leader.join(timeout=60)
