@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -129,18 +130,22 @@ class Outcome:
 
 
 class HttpClient:
-    """`/chat` by a plain POST to `/gradio_api/run/chat`, every parameter given (defaults from `/gradio_api/info`)."""
+    """`/chat` by a plain POST to `/gradio_api/run/chat`, every parameter given (defaults from `/gradio_api/info`),
+    with a session hash of its own as gradio_client sends: Gradio keeps one session state per hash, and
+    builds one for a request without a hash, from the configuration of every block of the UI (~30 ms
+    of the server's CPU at this app's size, more than a batched reply)."""
 
     def __init__(self, url: str, timeout: float):
         import httpx
 
-        self.url, self.session = url, httpx.Client(timeout=timeout)
+        self.url, self.session, self.session_hash = url, httpx.Client(timeout=timeout), uuid.uuid4().hex
         parameters = self.session.get(url + "gradio_api/info").json()["named_endpoints"]["/chat"]["parameters"]
         self.defaults = {p["parameter_name"]: p.get("parameter_default") for p in parameters}
 
     def ask(self, request: dict) -> tuple[str, str]:
         response = self.session.post(self.url + "gradio_api/run/chat",
-                                     json={"data": [request.get(name, value) for name, value in self.defaults.items()]})
+                                     json={"data": [request.get(name, value) for name, value in self.defaults.items()],
+                                           "session_hash": self.session_hash})
         body = response.json()
         if response.status_code == 200 and isinstance(body.get("data"), list) and body["data"]:
             reply = body["data"][0]
