@@ -166,8 +166,8 @@ class EpochBackup(keras.callbacks.Callback):
         """Load the newest backup that loads into the built, compiled `model`; returns how many
         epochs it had done (0 without a backup)."""
         backups = self.backups()
-        if not backups:  # a fresh run: leave the optimizer for fit to build (built here, before fit,
-            return 0     # MirroredStrategy then failed on a batch split unevenly between replicas)
+        if not backups:
+            return 0
         if model.optimizer is not None and not model.optimizer.built:
             model.optimizer.build(model.trainable_variables)  # its variables are in the backup too
         tried = []

@@ -42,6 +42,30 @@ TINY_PAIRS = [
 ]
 
 
+# pytest-xdist (`--dist loadfile`, `--no-loadscope-reorder`) hands whole files to its workers in this order
+# and the rest by name: the longest files first (their seconds on 2 cores in a comment), so that no worker
+# is left running one of them alone at the end. The notebook leads: it trains its own model, so its worker
+# need not wait while the other trains the session's tiny model.
+LONGEST_FIRST = [
+    "test_notebook.py",  # 64
+    "test_generate.py",  # 96
+    "test_runstate.py",  # 86
+    "test_app.py",  # 77
+    "test_train.py",  # 77
+    "test_cli.py",  # 53
+    "test_evaluate.py",  # 45
+    "test_default_model.py",  # 44
+    "test_properties.py",  # 30
+    "test_browser.py",  # 21
+    "test_export.py",  # 18
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order
+
+
 REPEATS = 40  # each pair forty times an epoch: few epochs, so little per-epoch overhead (callbacks, checkpoints)
 
 

@@ -137,7 +137,8 @@ def train_command(out, *extra):
     return [sys.executable, "-m", "chatbot", "train", "--data", str(ROOT / "data" / "korean_chat.csv"),
             "--out", str(out), "--epochs", str(EPOCHS), "--num-layers", "1", "--d-model", "16", "--num-heads", "2",
             "--dff", "32", "--max-length", "16", "--vocab-size", "4000", "--val-fraction", "0.05",
-            "--batch-size", "64", "--warmup-steps", "50", "--select", "loss", *extra]
+            "--batch-size", "64", "--warmup-steps", "50", "--select", "loss",
+            "--retrieved", "0", *extra]  # no retrieval: no rerank weights to fit, which resuming does not touch
 
 
 def history_rows(state):
@@ -148,7 +149,7 @@ def history_rows(state):
 def kill_at(point, process, state, rng):
     """SIGKILL `process` at `point`: a random delay, mid-epoch, or (CHATBOT_KILL_AT) it kills itself."""
     if point == "random":
-        deadline = time.time() + rng.uniform(2, 25)
+        deadline = time.time() + rng.uniform(2, 15)
         while time.time() < deadline and process.poll() is None:
             time.sleep(0.05)
     elif point == "mid-epoch":
