@@ -44,10 +44,11 @@ TINY_PAIRS = [
 
 # pytest-xdist (`--dist loadfile`, `--no-loadscope-reorder`) hands whole files to its workers in this order
 # and the rest by name: the longest files first (their seconds on 2 cores in a comment), so that no worker
-# is left running one of them alone at the end. The notebook leads: it trains its own model, so its worker
-# need not wait while the other trains the session's tiny model.
+# is left running one of them alone at the end. The first two use no session model (the notebook trains its
+# own; the quick lane skips it), so no worker waits idle while another trains the session's tiny model.
 LONGEST_FIRST = [
     "test_notebook.py",  # 64
+    "test_model.py",  # 9
     "test_generate.py",  # 96
     "test_runstate.py",  # 86
     "test_app.py",  # 77

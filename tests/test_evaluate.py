@@ -70,7 +70,7 @@ def test_eval_refuses_to_overwrite_replies_and_reports_bad_data(tiny_model_dir, 
     assert len(errors) == 2 and all(line.startswith("error: ") for line in errors)
 
 
-@pytest.mark.slow  # trains a model for six epochs
+@pytest.mark.slow  # trains a model for four epochs
 def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp_path):
     import dataclasses
 
@@ -80,7 +80,7 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
     from chatbot.train import train
     from conftest import REPEATS, tiny_config
 
-    config = tiny_config(epochs=6)
+    config = tiny_config(epochs=4)
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, val_fraction=0.3))
     pairs, _ = load_pairs(tiny_csv)
     pairs = pairs * (REPEATS // 2)  # half the session model's steps: the scores need not be good, only kept right
@@ -88,7 +88,7 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
     with open(out / "history.csv", encoding="utf-8") as file:
         history = list(csv.DictReader(file))
     scores = [float(row["val_select"]) for row in history]
-    assert len(scores) == 6 and all(row["val_chrf"] and row["val_unique"] for row in history)
+    assert len(scores) == 4 and all(row["val_chrf"] and row["val_unique"] for row in history)
     train_pairs, val = split_by_question(pairs, 0.3, config.data.seed)
     saved = Chatbot.load(out)  # its index holds the validation pairs too; training retrieved from train_pairs
     assert saved.config.rerank.fitted_on == len(val)  # its rerank weights were chosen on them
