@@ -1,16 +1,20 @@
 """Training throughput: the seed tutorial's recipe (every batch padded to max_length, a plain compiled
-step) vs this package's (batches bucketed by length, its own 4,000-piece tokenizer).
+step) vs this package's (batches grouped by length, its own 4,000-piece tokenizer, `train`'s defaults).
 
-All rows feed the same model the same pairs; the script times training steps of each, side by side
-in alternating rounds of one run, after a warm-up epoch that traces (and compiles) every batch
-shape, and prints non-pad target tokens per second and the ratios to the tutorial's recipe.
+All rows train the same 4-layer d_model-128 model on the same pairs in batches of the same size; the
+script times training steps of each, side by side in alternating rounds of one run, after a warm-up
+epoch that traces every batch shape, and prints non-pad target tokens and question/answer pairs per
+second, with the ratios to the tutorial's recipe.
 
-The "package" rows use the package's own tokenizer of 4,000 pieces (`train`'s default) instead of
-the 8,000 of the other rows, so their model's output layer is half as wide: the first is `train`'s
-defaults whole (bucketed batches of 64), the second adds 2,560-token batches (an option of
-`make_dataset`, not `train`'s default). Their tokens are shorter, so tokens per second do not
-compare across tokenizers: those rows are compared in question/answer pairs per second (an epoch's
-time), which every row also prints.
+Rows:
+- "tutorial: padded": the seed tutorial's recipe (8,000 pieces, dropout 0.1, padded batches).
+- "bucketed": the same model and tokens in this package's length-grouped batches.
+- "package, question only": `train`'s model settings (4,000 pieces, dropout 0) on the tutorial's input.
+- "package: train's defaults": as `train` runs by default: the encoder also reads the question's tone
+  and the answer of its nearest training question, so each pair costs more than in the other rows.
+
+The package's tokens are not the tutorial's unit (another tokenizer), so its rows compare in pairs
+per second (an epoch's time).
 
     python bench/train_throughput.py [--data CSV] [--steps 40] [--batch-size 64]
 
@@ -18,6 +22,7 @@ Data: ../shared/data/ChatbotData.csv when present, else the bundled data/korean_
 """
 
 import argparse
+import dataclasses
 import itertools
 import time
 
@@ -41,18 +46,21 @@ def main():
     import keras
     import tensorflow as tf
 
+    from chatbot.config import ChatbotConfig, ModelConfig, TrainConfig
     from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy, transformer_optimizer
     from chatbot.model import Transformer
     from chatbot.pipeline import make_dataset
+    from chatbot.retrieval import Retriever
+    from chatbot.train import context_for, training_batches
 
     pairs, tokenizer, questions, answers = tokenized_pairs(args.data, 8000)
     _, own_tokenizer, own_questions, own_answers = tokenized_pairs(args.data, 4000)
     print(f"data: {args.data} ({len(pairs)} pairs), vocabulary {tokenizer.vocab_size} "
           f"(the package's own: {own_tokenizer.vocab_size}), batch {args.batch_size}")
 
-    def steps_for(vocab_size):
-        """(plain step, XLA step) training one new model of this vocabulary."""
-        model = Transformer(vocab_size, max_length=args.max_length)
+    def steps_for(config):
+        """(plain step, XLA step) training one new model of this `ModelConfig`."""
+        model = Transformer.from_config_dataclass(config)
         model.compile(optimizer=transformer_optimizer(128), loss=MaskedSparseCrossEntropy(),
                       metrics=[MaskedAccuracy()])
 
@@ -65,23 +73,30 @@ def main():
 
         return tf.function(train_step, reduce_retracing=True), tf.function(train_step, jit_compile=True)
 
-    (plain, xla), (own_plain, _) = steps_for(tokenizer.vocab_size), steps_for(own_tokenizer.vocab_size)
-    budget = args.batch_size * args.max_length  # the tutorial's padded batch, in tokens
+    tutorial_model = ModelConfig(vocab_size=tokenizer.vocab_size, dropout=0.1, max_length=args.max_length)
+    package = context_for(ChatbotConfig(model=ModelConfig(vocab_size=own_tokenizer.vocab_size,
+                                                          max_length=args.max_length),
+                                        train=TrainConfig(batch_size=args.batch_size)), pairs)
+    (plain, xla), (own_plain, _) = steps_for(tutorial_model), steps_for(dataclasses.replace(package.model,
+                                                                                           encoder_length=0))
+    defaults_step, _ = steps_for(package.model)
+
+    def dataset(data, bucketed):
+        return make_dataset(*data, max_length=args.max_length, batch_size=args.batch_size, bucketed=bucketed)
+
     ids, own_ids = (questions, answers), (own_questions, own_answers)
-    rows = {  # name: (bucketed, batch token budget, step, (question ids, answer ids))
-        "tutorial: padded": (False, 0, plain, ids),
-        "bucketed": (True, 0, plain, ids),
-        f"bucketed, {budget}-token batches": (True, budget, plain, ids),
-        **({"bucketed + XLA": (True, 0, xla, ids)} if args.xla else {}),
-        "package: train's defaults": (True, 0, own_plain, own_ids),
-        f"package, {budget}-token batches": (True, budget, own_plain, own_ids),
+    rows = {  # name: (step, batches, the package's tokenizer)
+        "tutorial: padded": (plain, dataset(ids, False), False),
+        "bucketed": (plain, dataset(ids, True), False),
+        **({"bucketed + XLA": (xla, dataset(ids, True), False)} if args.xla else {}),
+        "package, question only": (own_plain, dataset(own_ids, True), True),
+        "package: train's defaults": (defaults_step, training_batches(own_tokenizer, pairs, package, True,
+                                                                      Retriever(pairs), True)[0], True),
     }
-    pipelines = {name: make_dataset(*data, max_length=args.max_length, batch_size=args.batch_size,
-                                    bucketed=bucketed, batch_tokens=tokens)
-                 for name, (bucketed, tokens, _, data) in rows.items()}
+    pipelines = {name: data for name, (_, data, _) in rows.items()}
     epoch = max(int(data.cardinality()) for data in pipelines.values())
     batches = {name: iter(data.repeat()) for name, data in pipelines.items()}
-    step_of = {name: step for name, (_, _, step, _) in rows.items()}
+    step_of = {name: step for name, (step, _, _) in rows.items()}
 
     def run(name, steps):
         tokens, count, start = 0, 0, time.perf_counter()
@@ -102,8 +117,8 @@ def main():
     tutorial_tokens, tutorial_pairs = tokens / seconds, count / seconds
     for name, (tokens, count, seconds) in totals.items():
         # another tokenizer's tokens are not the same unit: those rows' tokens/s get no ratio
-        token_ratio = "   -  " if rows[name][3] is own_ids else f"{tokens / seconds / tutorial_tokens:5.2f}x"
-        print(f"{name:30s} {tokens / seconds:6.0f} non-pad target tokens/s {token_ratio} | {count / seconds:5.1f} "
+        token_ratio = "   -  " if rows[name][2] else f"{tokens / seconds / tutorial_tokens:5.2f}x"
+        print(f"{name:26s} {tokens / seconds:6.0f} non-pad target tokens/s {token_ratio} | {count / seconds:5.1f} "
               f"pairs/s {count / seconds / tutorial_pairs:5.2f}x the tutorial  ({tokens} tokens, {count} pairs "
               f"in {seconds:.1f} s)")
     keras.backend.clear_session()

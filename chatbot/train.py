@@ -101,7 +101,7 @@ def _with_gold(pairs: list[QAPair], found: list[list[str]], config: ChatbotConfi
     return mixed
 
 
-def _dataset(tokenizer, pairs, config, shuffle, retriever=None, leave_one_out=False, replicas=1):
+def training_batches(tokenizer, pairs, config, shuffle, retriever=None, leave_one_out=False, replicas=1):
     """Batches of `pairs`, their encoder inputs composed as decoding composes them (tone, retrieved
     answers); training questions retrieve leave-one-out (no pair finds its own row), then a share of
     them get their own answer among the candidates (`ContextConfig.gold_rate`)."""
@@ -183,8 +183,9 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
     retriever = Retriever(train_pairs) if config.context.retrieved else None
     strategy = make_strategy(config.train.strategy)
     replicas = strategy.num_replicas_in_sync
-    train_data, too_long = _dataset(tokenizer, train_pairs, config, True, retriever, True, replicas)
-    val_data = _dataset(tokenizer, val_pairs, config, False, retriever, replicas=replicas)[0] if val_pairs else None
+    train_data, too_long = training_batches(tokenizer, train_pairs, config, True, retriever, True, replicas)
+    val_data = (training_batches(tokenizer, val_pairs, config, False, retriever, replicas=replicas)[0]
+                if val_pairs else None)
     log(f"split: {len(train_pairs)} train / {len(val_pairs)} validation pairs (by question, seed "
         f"{config.data.seed}); vocabulary {tokenizer.vocab_size} pieces; "
         f"{too_long} training answers longer than {config.model.max_length} tokens skipped")

@@ -1,7 +1,7 @@
 import numpy as np
 import tensorflow as tf
 
-from chatbot.pipeline import bucket_batch_sizes, make_dataset
+from chatbot.pipeline import PAD_WIDTHS, make_dataset
 from chatbot.tokenizer import END_ID, START_ID
 
 
@@ -52,15 +52,27 @@ def test_bucketed_dataset_knows_its_batch_count():
         assert int(dataset.cardinality()) == len(list(dataset)) > 0
 
 
-def test_token_budget_batches_hold_more_short_rows_and_stay_within_the_budget():
+def test_each_side_is_padded_to_its_own_width_and_every_row_comes_once():
+    """Encoder inputs longer than the answers (a retrieved answer read with the question): the decoder
+    side is padded to the answers' lengths, not the encoder's; no row is lost or repeated."""
     rng = np.random.default_rng(2)
-    rows = [[7] * int(n) for n in rng.integers(1, 38, size=400)]
-    dataset = make_dataset(ragged(rows), ragged(rows[::-1]), max_length=40, batch_size=8, batch_tokens=256)
-    batches = list(dataset)
-    assert int(dataset.cardinality()) == len(batches)
-    assert sum(int(targets.shape[0]) for _, targets in batches) == len(rows)
-    shapes = [(int(targets.shape[0]), int(inputs[0].shape[1])) for inputs, targets in batches]
-    assert all(rows_ * length <= 256 or rows_ == 1 for rows_, length in shapes)
-    assert max(r for r, _ in shapes) > 8  # short buckets take more than batch_size rows
-    assert bucket_batch_sizes([6, 10, 41], 64) == [64] * 4
-    assert bucket_batch_sizes([6, 10, 41], 64, 200) == [40, 22, 5, 4]
+    questions = [[7] * int(n) for n in rng.integers(20, 38, size=300)]
+    answers = [[8 + i % 50] * int(n) for i, n in enumerate(rng.integers(1, 12, size=300))]
+    batches = list(make_dataset(ragged(questions), ragged(answers), max_length=40, batch_size=16))
+    assert len(batches) == 19 and sum(int(targets.shape[0]) for _, targets in batches) == 300
+    for (encoder, decoder), targets in batches:
+        assert encoder.shape[1] in PAD_WIDTHS + (40,) and targets.shape[1] in PAD_WIDTHS
+        assert decoder.shape == targets.shape and targets.shape[1] <= 15  # answers of 1-11 tokens + end
+    seen = sorted(tuple(row[row != 0]) for _, targets in batches for row in targets.numpy())
+    assert seen == sorted(tuple(a) + (END_ID,) for a in answers)
+
+
+def test_batches_are_shuffled_between_epochs_and_the_same_for_a_seed():
+    rows = [[7] * (1 + i % 30) for i in range(500)]
+
+    def epochs(seed):
+        dataset = make_dataset(ragged(rows), ragged(rows[::-1]), max_length=40, batch_size=8, seed=seed)
+        return [[targets.numpy().tolist() for _, targets in dataset] for _ in range(2)]
+
+    first, second = epochs(3)
+    assert first != second and epochs(3) == [first, second] and epochs(4) != [first, second]
