@@ -71,9 +71,9 @@ def make_dataset(question_ids: tf.RaggedTensor, answer_ids: tf.RaggedTensor, *, 
 
     Batches are grouped by length: windows of `SORT_WINDOW` batches' rows are sorted by answer, then
     encoder input length (`_sorted_by_length`) and cut into batches, and each side of a batch is
-    padded to the `PAD_WIDTHS` width of its own longest row. Sorting by both lengths matters when the encoder reads a retrieved
-    answer: its input is then longer than most answers, and padding the decoder to the encoder's
-    length (bucketing by the longer side) made half of the decoder's positions padding.
+    padded to the `PAD_WIDTHS` width of its own longest row. Padding each side apart matters when the
+    encoder reads a retrieved answer: its input is then longer than most answers, and padding the
+    decoder to the encoder's length (bucketing by the longer side) made half of its positions padding.
 
     With `bucketed=False` every batch is padded to `max_length`, the seed tutorial's way
     (kept for the throughput benchmark).
