@@ -69,9 +69,9 @@ def make_dataset(question_ids: tf.RaggedTensor, answer_ids: tf.RaggedTensor, *, 
     `encoder_ids`, if given, are the composed encoder inputs (see `encoder_inputs`) and replace
     `[start] question [end]`. With `replicas` > 1, each batch keeps a multiple of `replicas` rows.
 
-    Batches are grouped by length: windows of `SORT_WINDOW` batches' rows are sorted by answer, then
-    encoder input length (`_sorted_by_length`) and cut into batches, and each side of a batch is
-    padded to the `PAD_WIDTHS` width of its own longest row. Padding each side apart matters when the
+    Batches are grouped by length: windows of `SORT_WINDOW` batches' rows are sorted by the width
+    their answer pads to, then by encoder input length (`_sorted_by_length`), and cut into batches;
+    each side of a batch is padded to the `PAD_WIDTHS` width of its own longest row. Padding each side apart matters when the
     encoder reads a retrieved answer: its input is then longer than most answers, and padding the
     decoder to the encoder's length (bucketing by the longer side) made half of its positions padding.
 
