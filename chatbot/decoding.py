@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from chatbot.config import NO_CONTEXT, ContextConfig, GenerationConfig, RerankConfig
 from chatbot.layers import padding_mask
-from chatbot.pipeline import encoder_inputs
+from chatbot.pipeline import bucket, encoder_inputs
 from chatbot.rerank import Features, choose, features, token_f1
 from chatbot.samplers import NEG_INF, GreedySampler, Sampler, process_logits, sampler_for
 from chatbot.tokenizer import END_ID, PAD_ID, SEPARATOR_ID, START_ID, Tokenizer
@@ -276,12 +276,6 @@ def agreement(replies, encoder_ids):
     0 where the input holds no retrieved answer."""
     context = encoder_ids * tf.cast(tf.cumsum(tf.cast(encoder_ids == SEPARATOR_ID, tf.int32), axis=1) > 0, tf.int32)
     return token_f1(replies, context[:, None, :])[..., 0]
-
-
-def bucket(size, buckets):
-    """The smallest of `buckets` (ascending) that holds `size`, in the graph; a larger size stays as it is."""
-    buckets = tf.constant(buckets)
-    return tf.maximum(tf.reduce_min(tf.where(buckets >= size, buckets, buckets[-1])), size)
 
 
 def _write(tokens, position, values):

@@ -50,6 +50,12 @@ def encoder_inputs(question_ids: tf.RaggedTensor, max_length: int, tones=None, c
     return ids[:, : encoder_length or max_length]
 
 
+def bucket(size, buckets):
+    """The smallest of `buckets` (ascending) that holds `size`, in the graph; a larger size stays as it is."""
+    buckets = tf.constant(buckets)
+    return tf.maximum(tf.reduce_min(tf.where(buckets >= size, buckets, buckets[-1])), size)
+
+
 def fits(answer_ids: tf.RaggedTensor, max_length: int) -> np.ndarray:
     """Which answers fit in a decoder sequence of `max_length` (+ start/end, minus the shift)."""
     return (answer_ids.row_lengths() + 1 <= max_length).numpy()
@@ -71,9 +77,10 @@ def make_dataset(question_ids: tf.RaggedTensor, answer_ids: tf.RaggedTensor, *, 
 
     Batches are grouped by length: windows of `SORT_WINDOW` batches' rows are sorted by the width
     their answer pads to, then by encoder input length (`_sorted_by_length`), and cut into batches;
-    each side of a batch is padded to the `PAD_WIDTHS` width of its own longest row. Padding each side apart matters when the
-    encoder reads a retrieved answer: its input is then longer than most answers, and padding the
-    decoder to the encoder's length (bucketing by the longer side) made half of its positions padding.
+    each side of a batch is padded to the `PAD_WIDTHS` width of its own longest row. Padding each
+    side apart matters when the encoder reads a retrieved answer: its input is then longer than most
+    answers, and padding the decoder to the encoder's length (bucketing by the longer side) made half
+    of its positions padding.
 
     With `bucketed=False` every batch is padded to `max_length`, the seed tutorial's way
     (kept for the throughput benchmark).
@@ -124,12 +131,9 @@ def _sorted_by_length(encoder: tf.RaggedTensor, decoder: tf.RaggedTensor):
 def _pad_to_widths(inputs, targets, encoder_length: int, max_length: int):
     """Each side of a batch padded further, from its longest row to the next of `PAD_WIDTHS`, at most
     to the longest the model reads on that side."""
-    widths = tf.constant(PAD_WIDTHS, tf.int32)
-
     def padded(ids, most):
         width = tf.shape(ids)[1]
-        index = tf.minimum(tf.searchsorted(widths, [width])[0], tf.size(widths) - 1)
-        return tf.pad(ids, [[0, 0], [0, tf.maximum(tf.minimum(widths[index], most), width) - width]])
+        return tf.pad(ids, [[0, 0], [0, tf.maximum(tf.minimum(bucket(width, PAD_WIDTHS), most), width) - width]])
 
     encoder, decoder = inputs
     return (padded(encoder, encoder_length), padded(decoder, max_length)), padded(targets, max_length)

@@ -1,9 +1,10 @@
 import numpy as np
 import pytest
 
-from chatbot.decoding import BATCH_BUCKETS, bucket
 from chatbot.config import GenerationConfig
+from chatbot.decoding import BATCH_BUCKETS
 from chatbot.generate import Chatbot
+from chatbot.pipeline import bucket
 from chatbot.samplers import GreedySampler
 from chatbot.tokenizer import END_ID, NUM_SPECIAL
 from conftest import TINY_PAIRS
