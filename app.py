@@ -79,7 +79,8 @@ def decoding_options(values: dict) -> dict:
 
 
 def settings_error(error: Exception) -> gr.Error:
-    return gr.Error(f"생성 설정 값이 올바르지 않아요: {html.escape(str(error))}")  # toasts render HTML
+    """A setting the user got wrong: the message is theirs (toasts render HTML), no traceback in the server log."""
+    return gr.Error(f"생성 설정 값이 올바르지 않아요: {html.escape(str(error))}", print_exception=False)
 
 
 def as_text(text: str) -> str:
@@ -97,7 +98,7 @@ class ChatApp:
     def __init__(self, bot, models_root: str | Path):
         self.shelf = ModelShelf(models_root, bot)
         self.trainer = BackgroundTrainer(self.shelf.root)
-        self.batcher = ReplyBatcher(max_batch_size=32)  # the largest batch bucket `Chatbot.warm_up` compiles
+        self.batcher = ReplyBatcher()
 
     def model(self, name: str | None, options: dict | None = None):
         """The model picked by `name`; with `options` (decoding and tone), also checks the ones that depend on

@@ -228,7 +228,7 @@ class CachedDecoder:
         """Choose each question's reply among its generated one (batch, max_length) and its retrieved
         answers (batch, k, max_length), by `chatbot.rerank`'s features and this model's weights."""
         return choose(features(self.model, encoder_ids, memory, replies, retrieved, scores, options.steps,
-                               likelihood=self.rerank_weights.likelihood > 0), self.rerank_weights)
+                               self.rerank_weights), self.rerank_weights)
 
     def reply_features(self, texts, options: Options, count: int) -> Features:
         """`chatbot.rerank.Features` of each question's greedy reply and `count` retrieved answers (no tone
@@ -241,7 +241,7 @@ class CachedDecoder:
         retrieved, scores = self.retrieved_candidates(texts, tones, count, similarity)
         return features(self.model, encoder_ids, memory, replies, retrieved, scores, options.steps)
 
-    def warm_up(self, settings: GenerationConfig, options: Options, rows=BATCH_BUCKETS[:6]) -> None:
+    def warm_up(self, settings: GenerationConfig, options: Options, rows) -> None:
         """Compile the decoding loop for `settings` now, for every encoder length bucket and these batch
         buckets, so that no request waits for a compilation later. It goes through `generate`, as requests
         do: XLA's compilations are not shared between a function called on its own and the same function

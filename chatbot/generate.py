@@ -81,9 +81,10 @@ class Chatbot:
         self.tone_ids(tone, 0)
         self.options(**decoding)
 
-    def warm_up(self, rows=BATCH_BUCKETS[:6], **decoding) -> None:
+    def warm_up(self, rows=BATCH_BUCKETS[:5], **decoding) -> None:
         """Trace and compile everything a reply with these settings needs, for batches of `rows` (the web
-        app does it at start, in the background), so the first requests of each size do not wait for XLA."""
+        app does it at start, in the background, up to its `ReplyBatcher`'s largest batch, 16), so the first
+        requests of each size do not wait for XLA."""
         settings, options = self.options(**decoding)
         self.decoder.warm_up(settings, options, rows)
 

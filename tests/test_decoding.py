@@ -108,3 +108,50 @@ def test_weights_without_likelihood_skip_its_pass_and_choose_as_with_it(tiny_bot
     plain = Chatbot(tiny_bot.model, tiny_bot.tokenizer, dataclasses.replace(tiny_bot.config, rerank=weights),
                     retriever=tiny_bot.retriever, jit_compile=False)
     assert plain.reply_batch(questions, candidates=8) == [text.decode("utf-8") for text in expected]
+
+
+def test_the_likelihood_pass_reads_only_the_shortlist_and_the_choice_stays(tiny_bot, monkeypatch):
+    """Given the weights, the teacher-forced pass reads the generated reply and the SHORTLIST best retrieved
+    answers only: their likelihoods are those of the pass over every candidate, the others stay 0, and the
+    choice is the one made over every candidate's features."""
+    import chatbot.rerank as rerank
+    from chatbot.config import RerankConfig
+
+    decoder, model = tiny_bot.decoder, tiny_bot.model
+    weights = RerankConfig(likelihood=0.5, similarity=1.0, consensus=2.0)
+    texts = tf.constant(NEW_QUESTIONS + QUESTIONS[:5])
+    _, options = tiny_bot.options()
+    every = decoder.reply_features(texts, options, 8)
+    assert every.candidates.shape[1] == 9 > 1 + rerank.SHORTLIST
+    encoder_ids = decoder.encode_texts(texts, similarity=decoder.similarity(texts, 8))
+    memory = model.encode(encoder_ids, training=False)
+    rows_read, full_pass = [], rerank.mean_log_likelihood
+
+    def counted(model, replies, *args):
+        rows_read.append(replies.shape[0])
+        return full_pass(model, replies, *args)
+
+    monkeypatch.setattr(rerank, "mean_log_likelihood", counted)
+    listed = rerank.features(model, encoder_ids, memory, every.candidates[:, 0], every.candidates[:, 1:],
+                             every.similarity[:, 1:], options.steps, weights)
+    assert rows_read == [len(NEW_QUESTIONS + QUESTIONS[:5]) * (1 + rerank.SHORTLIST)]
+    on_list = np.zeros(every.likelihood.shape, bool)
+    np.put_along_axis(on_list, rerank.shortlist(every, weights).numpy(), True, axis=1)
+    assert on_list[:, 0].all() and (on_list.sum(axis=1) == 1 + rerank.SHORTLIST).all()
+    assert np.allclose(listed.likelihood.numpy()[on_list], every.likelihood.numpy()[on_list], atol=1e-4)
+    assert (listed.likelihood.numpy()[~on_list] == 0).all() and (every.likelihood.numpy()[~on_list] != 0).all()
+    assert (rerank.choice(listed, weights).numpy() == rerank.choice(every, weights).numpy()).all()
+
+
+def test_an_answer_off_the_shortlist_is_never_chosen_whatever_its_likelihood(monkeypatch):
+    import chatbot.rerank as rerank
+    from chatbot.config import RerankConfig
+
+    similarity = tf.constant([[0.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.1]])
+    likelihood = tf.constant([[-10.0, -10.0, -10.0, -10.0, -10.0, -10.0, 0.0]])  # the last one: by far the likeliest
+    found = rerank.Features(tf.zeros([1, 7, 4], tf.int32), likelihood, similarity, tf.zeros_like(similarity),
+                            tf.ones([1, 7], tf.bool))
+    weights = RerankConfig(likelihood=1.0, similarity=1.0, consensus=1.0)
+    assert rerank.SHORTLIST < 6 and rerank.choice(found, weights).numpy().tolist() == [1]
+    monkeypatch.setattr(rerank, "SHORTLIST", 6)
+    assert rerank.choice(found, weights).numpy().tolist() == [6]

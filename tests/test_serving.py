@@ -133,3 +133,12 @@ def test_the_leader_returns_once_its_own_batch_is_done_and_a_waiting_caller_lead
     assert results == {"first": tiny_bot.reply("안녕"), "second": tiny_bot.reply("배고파")}
     assert bot.calls == [["안녕"], ["배고파"]] and batcher.batches == [1, 1]
     assert not batcher._busy and not batcher._waiting
+
+
+def test_the_default_batch_is_the_largest_that_chatbot_warm_up_compiles():
+    """The web app's batches never meet a batch shape its warm-up left for the first request to compile."""
+    import inspect
+
+    from chatbot.generate import Chatbot
+
+    assert max(inspect.signature(Chatbot.warm_up).parameters["rows"].default) == ReplyBatcher().max_batch_size
