@@ -199,9 +199,11 @@ class DecoderLayer(keras.layers.Layer):
         x = self.norms[2](x + self.dropouts[2](self.feed_forward(x), training=training))
         return x, cross_weights
 
-    def call(self, x, memory, self_mask=None, memory_mask=None, training=None):
+    def call(self, x, memory, self_mask=None, memory_mask=None, training=None, cross_key_value=None):
+        """`cross_key_value`: memory's projected keys and values, if the caller has them (then `memory` is unused)."""
         attended, _ = self.self_attention(x, x, self_mask, training=training)
-        cross_key_value = self.cross_attention.project_key_value(memory)
+        if cross_key_value is None:
+            cross_key_value = self.cross_attention.project_key_value(memory)
         return self._sublayers(x, attended, cross_key_value, memory_mask, training)  # (batch, seq, d_model), weights
 
     def step(self, x, index, self_cache, cross_cache, memory_mask=None):

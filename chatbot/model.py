@@ -63,13 +63,16 @@ class Transformer(keras.Model):
             x = layer(x, mask, training=training)
         return x
 
-    def decode(self, decoder_inputs, memory, memory_mask, training=None, return_attention=False):
-        """Teacher-forced decoder over a whole target prefix -> logits (and per-layer cross-attention)."""
+    def decode(self, decoder_inputs, memory, memory_mask, training=None, return_attention=False, cross_cache=None):
+        """Teacher-forced decoder over a whole target prefix -> logits (and per-layer cross-attention).
+        `cross_cache`: memory's keys and values (`cross_cache`), if the caller has them; then `memory` is
+        not read (pass None)."""
         self_mask = causal_mask(decoder_inputs)
         x = self.decoder_dropout(self.decoder_embedding(decoder_inputs), training=training)
         attention = []
-        for layer in self.decoder_layers:
-            x, weights = layer(x, memory, self_mask, memory_mask, training=training)
+        for i, layer in enumerate(self.decoder_layers):
+            key_value = None if cross_cache is None else (cross_cache[:, i, 0], cross_cache[:, i, 1])
+            x, weights = layer(x, memory, self_mask, memory_mask, training=training, cross_key_value=key_value)
             attention.append(weights)
         logits = self.logits(x)
         return (logits, attention) if return_attention else logits
@@ -91,8 +94,12 @@ class Transformer(keras.Model):
         batch = ops.shape(memory)[0]
         self_cache = ops.zeros((batch, self.num_layers, 2, max_length or self.max_length, self.num_heads,
                                 self.head_depth), dtype=self.compute_dtype)
+        return self_cache, self.cross_cache(memory)
+
+    def cross_cache(self, memory):
+        """The cross-attention keys/values of `memory`, every layer's (batch, layers, 2, src_len, heads, depth)."""
         cross = [ops.stack(layer.cross_attention.project_key_value(memory), axis=1) for layer in self.decoder_layers]
-        return self_cache, ops.stack(cross, axis=1)
+        return ops.stack(cross, axis=1)
 
     def decode_step(self, token_ids, index, self_cache, cross_cache, memory_mask, return_attention=False):
         """One decoder position: token_ids (batch, 1) at `index` -> logits (batch, vocab), updated cache."""

@@ -71,17 +71,17 @@ def test_reranking_reads_each_reply_up_to_its_width(tiny_bot, monkeypatch):
 
     decoder = tiny_bot.decoder
     encoder_ids = decoder.encode_texts(["배고파", "비 온다"])
-    memory = tiny_bot.model.encode(encoder_ids, training=False)
+    cross_cache = tiny_bot.model.cross_cache(tiny_bot.model.encode(encoder_ids, training=False))
     width, length = 6, tiny_bot.model.max_length
     short = [NUM_SPECIAL + 1, NUM_SPECIAL + 2, END_ID] + [PAD_ID] * (length - 3)
     long = [NUM_SPECIAL + 3 + i for i in range(length - 1)] + [END_ID]
     replies = tf.constant([short, long])
     model = tiny_bot.model
-    whole = rerank.mean_log_likelihood(model, replies, memory, encoder_ids).numpy()
+    whole = rerank.mean_log_likelihood(model, replies, encoder_ids, cross_cache).numpy()
     beginning = rerank.mean_log_likelihood(model, tf.constant([short, long[:width] + [PAD_ID] * (length - width)]),
-                                           memory, encoder_ids).numpy()
+                                           encoder_ids, cross_cache).numpy()
     monkeypatch.setattr(rerank, "RERANK_WIDTH", width)
-    cut = rerank.mean_log_likelihood(model, replies, memory, encoder_ids).numpy()
+    cut = rerank.mean_log_likelihood(model, replies, encoder_ids, cross_cache).numpy()
     assert np.allclose(cut[0], whole[0], atol=1e-5) and np.allclose(cut[1], beginning[1], atol=1e-5)
     assert not np.allclose(cut[1], whole[1], atol=1e-5)
 

@@ -31,6 +31,16 @@ def test_cached_decode_matches_full_forward(shared_embeddings):
     np.testing.assert_allclose(np.stack(steps, axis=1)[1, :4], full[1, :4], atol=1e-5)  # before padding
 
 
+def test_teacher_forced_decode_from_projected_memory_matches_decode_from_memory():
+    """What reranking does: memory's keys and values projected once, then reused for every candidate."""
+    model = small_model()
+    memory, mask = model.encode(ENCODER_IDS), padding_mask(ENCODER_IDS)
+    from_memory = np.array(model.decode(DECODER_IDS, memory, mask, training=False))
+    projected = np.array(model.decode(DECODER_IDS, None, mask, training=False, cross_cache=model.cross_cache(memory)))
+    np.testing.assert_allclose(projected, from_memory, atol=1e-6)
+    assert not np.allclose(from_memory, np.array(model.decode(DECODER_IDS, memory[::-1], mask, training=False)))
+
+
 @pytest.mark.parametrize("shared_embeddings", [False, True])
 def test_model_saves_and_loads_with_identical_outputs(tmp_path, shared_embeddings):
     model = small_model(shared_embeddings)
