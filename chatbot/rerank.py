@@ -65,9 +65,9 @@ def features(model, encoder_ids, memory, replies, retrieved, scores, steps, weig
 def shortlist(found: Features, weights: RerankConfig):
     """The candidates (batch, 1 + min(SHORTLIST, k)) int32 that the choice is made among: the generated
     reply and the SHORTLIST allowed retrieved answers with the best weighted similarity and consensus.
-    The likelihood weighs little against those two (the default model's fitted weights give it 1/32 of theirs), so an answer
-    outside them rarely won: cutting 8 to 4 changed 1.2% of the default model's choices for 1,456
-    held-out questions, at the same chrF, and halves the likelihood pass."""
+    The likelihood weighs little against those two (the default model's fitted weights give it 1/32 of
+    their weight), so an answer outside them rarely won: cutting 8 to 4 changed 1.2% of the default
+    model's choices for 1,456 held-out questions, at the same chrF, and halves the likelihood pass."""
     rest = weights.similarity * found.similarity[:, 1:] + weights.consensus * found.consensus[:, 1:]
     best = tf.math.top_k(tf.where(found.allowed[:, 1:], rest, NEG_INF), min(SHORTLIST, rest.shape[1])).indices
     return tf.concat([tf.zeros_like(best[:, :1]), best + 1], axis=1)
@@ -88,10 +88,10 @@ def choice(found: Features, weights: RerankConfig):
 
 def mean_log_likelihood(model, replies, encoder_ids, cross_cache):
     """The model's mean log-probability per token of each reply (rows, max_length), teacher-forced in
-    one decoder pass over the encoder output whose ids and `Transformer.cross_cache` are given: (rows,). The pass reads the first RERANK_WIDTH tokens only: its cost grows with
-    its width, most answers end within them (91% of the default model's training answers; cutting 16 to
-    12 changed 0.14% of its choices for 1,456 held-out questions, at the same chrF), and a longer one is
-    judged by its beginning."""
+    one decoder pass over the encoder output whose ids and `Transformer.cross_cache` are given: (rows,).
+    The pass reads the first RERANK_WIDTH tokens only: its cost grows with its width, most answers end
+    within them (91% of the default model's training answers; cutting 16 to 12 changed 0.14% of its
+    choices for 1,456 held-out questions, at the same chrF), and a longer one is judged by its beginning."""
     ids = replies[:, :min(RERANK_WIDTH, replies.shape[1])]
     inputs = tf.concat([tf.fill([tf.shape(ids)[0], 1], START_ID), ids[:, :-1]], axis=1)
     logits = model.decode(inputs, None, padding_mask(encoder_ids), training=False, cross_cache=cross_cache)
