@@ -39,7 +39,7 @@ def test_eval_prints_metrics_whose_chrf_and_bleu_equal_sacrebleus(tiny_model_dir
     from chatbot.generate import Chatbot
 
     # The metrics are under test here, not XLA, whose compilations for each batch shape cost seconds on
-    # a CPU: the command loads its model for plain-graph decoding (test_cli.py's chat keeps XLA).
+    # a CPU: the command loads its model for plain-graph decoding (test_cli.py's piped chat keeps XLA).
     load = Chatbot.load.__func__
     monkeypatch.setattr(Chatbot, "load", classmethod(lambda cls, path: load(cls, path, jit_compile=False)))
     replies_path = tmp_path / "replies.csv"
