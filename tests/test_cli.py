@@ -119,9 +119,26 @@ def test_a_hostile_model_directory_is_one_error_line(tmp_path, capsys, tiny_mode
     assert not out
 
 
-def test_chat_one_shot(tiny_model_dir, capsys):
+def record_jit_compile(monkeypatch) -> list[bool]:
+    """`Chatbot.load`, unchanged, noting the `jit_compile` each call asked for."""
+    from chatbot.generate import Chatbot
+
+    asked, load = [], Chatbot.load.__func__
+
+    def recording(cls, path, jit_compile=True):
+        asked.append(jit_compile)
+        return load(cls, path, jit_compile=jit_compile)
+
+    monkeypatch.setattr(Chatbot, "load", classmethod(recording))
+    return asked
+
+
+def test_chat_one_shot(tiny_model_dir, capsys, monkeypatch):
+    """One question decodes as a plain graph: an XLA compilation would cost more than the reply."""
+    asked = record_jit_compile(monkeypatch)
     status, out, _ = main(capsys, "chat", "--model", tiny_model_dir, "--question", "배고파")
     assert status == 0 and out.strip() == "맛있는 거 드세요."
+    assert asked == [False]
 
 
 @pytest.mark.slow  # a TensorFlow subprocess
@@ -212,9 +229,11 @@ def test_piped_lines_all_answered_exit_with_status_0(tiny_model_dir, capsys, mon
 
     piped = types.SimpleNamespace(isatty=lambda: False, buffer=io.BytesIO("안녕하세요\n잘 자\n".encode()))
     monkeypatch.setattr(sys, "stdin", piped)
+    asked = record_jit_compile(monkeypatch)
     status, out, err = main(capsys, "chat", "--model", tiny_model_dir)
     assert status == 0, err
     assert out.splitlines() == ["반가워요.", "좋은 꿈 꾸세요."]
+    assert asked == [True]  # piped lines, often many, are worth compiling
 
 
 def test_piped_lines_that_are_not_utf8_or_too_long_are_skipped_and_the_rest_answered(tiny_bot, capsys):
