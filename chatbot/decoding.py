@@ -107,15 +107,17 @@ class CachedDecoder:
         width = tf.shape(ids)[1]
         return tf.pad(ids, [[0, 0], [0, bucket(tf.maximum(width, min_length), self.length_buckets) - width]])
 
-    def start(self, encoder_ids, num_beams: int = 1, memory=None) -> State:
+    def start(self, encoder_ids, num_beams: int = 1, cross_cache=None) -> State:
         """The state before the first step; each question's row repeated `num_beams` times, only the
         first of them alive (the others start at -inf, so the first step does not pick one token twice).
-        `memory`: the encoder's output for `encoder_ids`, if the caller has it already."""
-        if memory is None:
-            memory = self.model.encode(encoder_ids, training=False)  # (batch, src_len, d_model)
+        `cross_cache`: the keys and values of the encoder's output for `encoder_ids` (`Transformer.cross_cache`),
+        if the caller has them already."""
+        if cross_cache is None:
+            cross_cache = self.model.cross_cache(self.model.encode(encoder_ids, training=False))
         encoder_ids = tf.repeat(encoder_ids, num_beams, axis=0)  # (rows, src_len)
-        self_cache, cross_cache = self.model.init_cache(tf.repeat(memory, num_beams, axis=0))
+        cross_cache = tf.repeat(cross_cache, num_beams, axis=0)  # projected once per question, not per beam
         rows = tf.shape(encoder_ids)[0]
+        self_cache = self.model.empty_cache(rows)
         tokens = tf.concat([tf.fill([rows, 1], START_ID), tf.fill([rows, self.max_length], PAD_ID)], axis=1)
         scores = tf.where(tf.range(rows) % num_beams == 0, 0.0, NEG_INF)
         seen = tf.zeros([rows, self.model.vocab_size], tf.bool)
@@ -201,15 +203,15 @@ class CachedDecoder:
                    retrieved=None, scores=None):
         """Encoder ids (batch, src_len) -> reply ids (batch, max_length): the encoder once, then the loop;
         then, given retrieved answers (batch, k, max_length) and their scores (batch, k), `rerank`."""
-        memory = self.model.encode(encoder_ids, training=False)
-        replies = self.generated_ids(encoder_ids, memory, options, sampler, no_repeat_ngram_size)
+        cross_cache = self.model.cross_cache(self.model.encode(encoder_ids, training=False))  # for the loop and rerank
+        replies = self.generated_ids(encoder_ids, cross_cache, options, sampler, no_repeat_ngram_size)
         if retrieved is None or retrieved.shape[1] == 0:
             return replies
-        return self.rerank(encoder_ids, memory, replies, retrieved, scores, options)
+        return self.rerank(encoder_ids, cross_cache, replies, retrieved, scores, options)
 
-    def generated_ids(self, encoder_ids, memory, options: Options, sampler: Sampler, no_repeat_ngram_size: int):
+    def generated_ids(self, encoder_ids, cross_cache, options: Options, sampler: Sampler, no_repeat_ngram_size: int):
         """The model's own reply (batch, max_length): the sampler's, or the best-ranked beam."""
-        state = self.start(encoder_ids, sampler.num_beams, memory)
+        state = self.start(encoder_ids, sampler.num_beams, cross_cache)
         state = tf.while_loop(
             lambda s: (s.index < options.steps) & ~tf.reduce_all(s.finished),
             lambda s: (self.step(s, options, sampler, no_repeat_ngram_size),),
@@ -224,10 +226,10 @@ class CachedDecoder:
         normalised += options.agreement * agreement(replies, encoder_ids)
         return tf.gather(replies, tf.argmax(normalised, axis=-1, output_type=tf.int32), batch_dims=1)
 
-    def rerank(self, encoder_ids, memory, replies, retrieved, scores, options: Options):
+    def rerank(self, encoder_ids, cross_cache, replies, retrieved, scores, options: Options):
         """Choose each question's reply among its generated one (batch, max_length) and its retrieved
         answers (batch, k, max_length), by `chatbot.rerank`'s features and this model's weights."""
-        return choose(features(self.model, encoder_ids, memory, replies, retrieved, scores, options.steps,
+        return choose(features(self.model, encoder_ids, cross_cache, replies, retrieved, scores, options.steps,
                                self.rerank_weights), self.rerank_weights)
 
     def reply_features(self, texts, options: Options, count: int) -> Features:
@@ -236,10 +238,10 @@ class CachedDecoder:
         tones = self.asked_tones(texts, None)
         similarity = self.similarity(texts, count)
         encoder_ids = self.encode_texts(texts, tones, similarity)
-        memory = self.model.encode(encoder_ids, training=False)
-        replies = self.generated_ids(encoder_ids, memory, options, GreedySampler(), 0)
+        cross_cache = self.model.cross_cache(self.model.encode(encoder_ids, training=False))
+        replies = self.generated_ids(encoder_ids, cross_cache, options, GreedySampler(), 0)
         retrieved, scores = self.retrieved_candidates(texts, tones, count, similarity)
-        return features(self.model, encoder_ids, memory, replies, retrieved, scores, options.steps)
+        return features(self.model, encoder_ids, cross_cache, replies, retrieved, scores, options.steps)
 
     def warm_up(self, settings: GenerationConfig, options: Options, rows) -> None:
         """Compile the decoding loop for `settings` now, for every encoder length bucket and these batch

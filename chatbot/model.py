@@ -91,10 +91,12 @@ class Transformer(keras.Model):
     def init_cache(self, memory, max_length=None):
         """Empty self-attention cache (batch, layers, 2, max_length, heads, depth) and the
         cross-attention keys/values of `memory` (batch, layers, 2, src_len, heads, depth)."""
-        batch = ops.shape(memory)[0]
-        self_cache = ops.zeros((batch, self.num_layers, 2, max_length or self.max_length, self.num_heads,
-                                self.head_depth), dtype=self.compute_dtype)
-        return self_cache, self.cross_cache(memory)
+        return self.empty_cache(ops.shape(memory)[0], max_length), self.cross_cache(memory)
+
+    def empty_cache(self, batch, max_length=None):
+        """An empty self-attention cache (batch, layers, 2, max_length, heads, depth)."""
+        return ops.zeros((batch, self.num_layers, 2, max_length or self.max_length, self.num_heads, self.head_depth),
+                         dtype=self.compute_dtype)
 
     def cross_cache(self, memory):
         """The cross-attention keys/values of `memory`, every layer's (batch, layers, 2, src_len, heads, depth)."""

@@ -34,10 +34,11 @@ class Features(NamedTuple):
     allowed: tf.Tensor  # (batch, 1 + k) bool: the generated reply, and retrieved answers within the step limit
 
 
-def features(model, encoder_ids, memory, replies, retrieved, scores, steps, weights: RerankConfig | None = None
+def features(model, encoder_ids, cross_cache, replies, retrieved, scores, steps, weights: RerankConfig | None = None
              ) -> Features:
     """Generated replies (batch, max_length), retrieved answers (batch, k, max_length) with their retrieval
-    scores (batch, k), and the encoder input and output they answer -> `Features`. A retrieved answer
+    scores (batch, k), and the encoder input they answer with its output's keys and values
+    (`Transformer.cross_cache`, projected once per question for the loop and this pass): `Features`. A retrieved answer
     longer than `steps` tokens is not allowed. The likelihood's decoder pass is most of a batched reply's
     cost: given the `weights` a reply is chosen by, it reads only their `shortlist`, and nothing when they
     give the likelihood no weight; `weights=None` computes it for every candidate (what fitting weighs)."""
@@ -55,9 +56,8 @@ def features(model, encoder_ids, memory, replies, retrieved, scores, steps, weig
     read = tf.broadcast_to(tf.range(count), tf.shape(consensus)) if weights is None else shortlist(found, weights)
     picked = tf.gather(candidates, read, batch_dims=1)  # (batch, rows read, max_length)
     rows = picked.shape[1]
-    likelihood = mean_log_likelihood(  # memory's keys and values projected once per question, not per candidate
-        model, tf.reshape(picked, [-1, picked.shape[2]]), tf.repeat(encoder_ids, rows, axis=0),
-        tf.repeat(model.cross_cache(memory), rows, axis=0))
+    likelihood = mean_log_likelihood(model, tf.reshape(picked, [-1, picked.shape[2]]),
+                                     tf.repeat(encoder_ids, rows, axis=0), tf.repeat(cross_cache, rows, axis=0))
     likelihood = tf.reduce_sum(tf.one_hot(read, count) * tf.reshape(likelihood, [-1, rows, 1]), axis=1)
     return found._replace(likelihood=likelihood)
 

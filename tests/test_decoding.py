@@ -45,8 +45,8 @@ def test_a_recurring_retrieved_answer_wins_over_a_lone_one(tiny_bot):
     retrieved = tf.constant([[rows[1], rows[0], rows[0]]], tf.int32)
     generated = tf.constant([rows[1]], tf.int32)
     _, options = tiny_bot.options()
-    memory = tiny_bot.model.encode(encoder_ids, training=False)
-    chosen = decoder.rerank(encoder_ids, memory, generated, retrieved, tf.constant([[0.5, 0.5, 0.5]]), options)
+    cross_cache = tiny_bot.model.cross_cache(tiny_bot.model.encode(encoder_ids, training=False))
+    chosen = decoder.rerank(encoder_ids, cross_cache, generated, retrieved, tf.constant([[0.5, 0.5, 0.5]]), options)
     assert chosen.numpy()[0].tolist() == rows[0]
 
 
@@ -124,7 +124,7 @@ def test_the_likelihood_pass_reads_only_the_shortlist_and_the_choice_stays(tiny_
     every = decoder.reply_features(texts, options, 8)
     assert every.candidates.shape[1] == 9 > 1 + rerank.SHORTLIST
     encoder_ids = decoder.encode_texts(texts, similarity=decoder.similarity(texts, 8))
-    memory = model.encode(encoder_ids, training=False)
+    cross_cache = model.cross_cache(model.encode(encoder_ids, training=False))
     rows_read, full_pass = [], rerank.mean_log_likelihood
 
     def counted(model, replies, *args):
@@ -132,7 +132,7 @@ def test_the_likelihood_pass_reads_only_the_shortlist_and_the_choice_stays(tiny_
         return full_pass(model, replies, *args)
 
     monkeypatch.setattr(rerank, "mean_log_likelihood", counted)
-    listed = rerank.features(model, encoder_ids, memory, every.candidates[:, 0], every.candidates[:, 1:],
+    listed = rerank.features(model, encoder_ids, cross_cache, every.candidates[:, 0], every.candidates[:, 1:],
                              every.similarity[:, 1:], options.steps, weights)
     assert rows_read == [len(NEW_QUESTIONS + QUESTIONS[:5]) * (1 + rerank.SHORTLIST)]
     on_list = np.zeros(every.likelihood.shape, bool)
