@@ -1,13 +1,15 @@
 """Training objective and learning-rate schedule, all serializable.
 
 Owns: the masked cross-entropy averaged over real (non-pad) tokens with optional label
-smoothing, masked token accuracy, and the warmup schedule of "Attention Is All You Need".
+smoothing, masked token accuracy, the warmup schedule of "Attention Is All You Need", and the
+Adam that applies it in one fused kernel per variable.
 Must not know about data.
 """
 
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from chatbot.layers import register
@@ -92,7 +94,35 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
                 "peak_learning_rate": self.peak_learning_rate}
 
 
-def transformer_optimizer(d_model, warmup_steps=4000, peak_learning_rate=None) -> keras.optimizers.Adam:
+@register
+class FusedAdam(keras.optimizers.Adam):
+    """Keras' Adam, with each variable's update done by TensorFlow's fused kernel (`ResourceApplyAdam`).
+
+    The same arithmetic as `keras.optimizers.Adam`: Keras 3 writes it as about ten element-wise ops per
+    variable, each a pass over the variable, which was about a tenth of a CPU training step of this model.
+    AMSGrad falls back to Keras' own update.
+    """
+
+    def update_step(self, gradient, variable, learning_rate):
+        if self.amsgrad:
+            return super().update_step(gradient, variable, learning_rate)
+        index = self._get_variable_index(variable)
+
+        def handle(var):  # the tf.Variable under a Keras variable (on this replica, under a distribution)
+            return (var.value if isinstance(var, keras.Variable) else var).handle
+
+        def scalar(value):
+            return tf.cast(value, variable.dtype)
+
+        step = scalar(self.iterations + 1)
+        tf.raw_ops.ResourceApplyAdam(
+            var=handle(variable), m=handle(self._momentums[index]), v=handle(self._velocities[index]),
+            beta1_power=tf.pow(scalar(self.beta_1), step), beta2_power=tf.pow(scalar(self.beta_2), step),
+            lr=scalar(learning_rate), beta1=scalar(self.beta_1), beta2=scalar(self.beta_2), epsilon=scalar(self.epsilon),
+            grad=scalar(tf.convert_to_tensor(gradient)))  # an embedding's sparse gradient, made dense as Keras does
+
+
+def transformer_optimizer(d_model, warmup_steps=4000, peak_learning_rate=None) -> FusedAdam:
     """Adam(beta_1=0.9, beta_2=0.98, epsilon=1e-9) on the warmup schedule, as in the paper."""
-    return keras.optimizers.Adam(WarmupSchedule(d_model, warmup_steps, peak_learning_rate), beta_1=0.9, beta_2=0.98,
+    return FusedAdam(WarmupSchedule(d_model, warmup_steps, peak_learning_rate), beta_1=0.9, beta_2=0.98,
                                  epsilon=1e-9)
