@@ -50,21 +50,24 @@ class Retriever(tf.Module):
         idf = np.ones(max(len(vocabulary), 1), np.float32)
         for gram, i in vocabulary.items():
             idf[i] = math.log((1 + len(documents)) / (1 + frequency[gram])) + 1
-        indices, values = [], []
+        postings = [[] for _ in idf]  # an inverted index: for each bigram, (row, weight) of the questions with it
         for row, doc in enumerate(documents):
             weights = {vocabulary[g]: count * idf[vocabulary[g]] for g, count in doc.items()}
             norm = math.sqrt(sum(w * w for w in weights.values())) or 1.0
-            for column in sorted(weights):
-                indices.append((row, column))
-                values.append(weights[column] / norm)
+            for column, weight in weights.items():
+                postings[column].append((row, weight / norm))
         keys = sorted(vocabulary) or [""]
         self.table = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(tf.constant(keys), tf.constant([vocabulary.get(k, 0) for k in keys],
                                                                                tf.int64)), default_value=-1)
         self.vocabulary_size = len(idf)
         self.idf = tf.Variable(idf, trainable=False, name="idf")
-        self.indices = tf.Variable(np.array(indices, np.int64).reshape(-1, 2), trainable=False, name="indices")
-        self.values = tf.Variable(np.array(values, np.float32), trainable=False, name="values")
+        self.posting_starts = tf.Variable(np.cumsum([0] + [len(p) for p in postings]), dtype=tf.int64, trainable=False,
+                                          name="posting_starts")  # bigram i's postings: [starts[i], starts[i + 1])
+        self.posting_rows = tf.Variable(np.array([row for p in postings for row, _ in p], np.int64).reshape(-1),
+                                        trainable=False, name="posting_rows")
+        self.posting_weights = tf.Variable(np.array([w for p in postings for _, w in p], np.float32).reshape(-1),
+                                           trainable=False, name="posting_weights")
         self.questions = tf.Variable([p.question for p in self.pairs], trainable=False, name="questions")
         self.answers = tf.Variable([p.answer for p in self.pairs], trainable=False, name="answers")
         self.labels = tf.Variable([NO_TONE if p.label is None else p.label for p in self.pairs], dtype=tf.int32,
@@ -82,12 +85,22 @@ class Retriever(tf.Module):
         known = ids.flat_values >= 0
         rows = tf.boolean_mask(ids.value_rowids(), known)
         columns = tf.boolean_mask(ids.flat_values, known)
-        # Repeated bigrams add up: each brings its idf, so the query holds count * idf.
-        query = tf.scatter_nd(tf.stack([rows, columns], axis=1), tf.gather(self.idf, columns),
-                              tf.stack([tf.shape(texts, out_type=tf.int64)[0], self.vocabulary_size]))
-        query = tf.math.l2_normalize(query, axis=1)
-        documents = tf.sparse.SparseTensor(self.indices, self.values, [len(self.pairs), self.vocabulary_size])
-        return tf.transpose(tf.sparse.sparse_dense_matmul(documents, query, adjoint_b=True))
+        batch, size = tf.shape(texts, out_type=tf.int64)[0], tf.constant(self.vocabulary_size, tf.int64)
+        # The query's weights: each bigram once per question, its idf times its count, l2-normalised.
+        entries, entry_of = tf.unique(rows * size + columns)
+        entry_rows, entry_columns = entries // size, entries % size
+        weights = tf.math.unsorted_segment_sum(tf.gather(self.idf, columns), entry_of, tf.size(entries))
+        squares = tf.math.unsorted_segment_sum(tf.square(weights), entry_rows, batch)
+        weights *= tf.gather(tf.math.rsqrt(tf.maximum(squares, 1e-12)), entry_rows)  # as tf.math.l2_normalize
+        # Cosine: summed over the bigrams a training question shares with the query, read from the postings of
+        # the query's bigrams only (a few thousand entries instead of every question's bigrams).
+        starts, ends = tf.gather(self.posting_starts, entry_columns), tf.gather(self.posting_starts, entry_columns + 1)
+        hits = tf.ragged.range(starts, ends)  # (entries, None): positions in the postings
+        shared = tf.gather(self.posting_weights, hits.flat_values) * tf.repeat(weights, hits.row_lengths())
+        targets = tf.repeat(entry_rows, hits.row_lengths()) * len(self.pairs) + tf.gather(self.posting_rows,
+                                                                                          hits.flat_values)
+        scores = tf.math.unsorted_segment_sum(shared, targets, batch * len(self.pairs))
+        return tf.reshape(scores, tf.stack([batch, len(self.pairs)]))
 
     def nearest(self, texts, k: int, tones=None, leave_one_out: bool = False, similarity=None):
         """The answers of the `k` nearest training questions, nearest first: strings (batch, k).
