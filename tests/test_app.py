@@ -12,8 +12,20 @@ from pathlib import Path
 import pytest
 from gradio_client import Client, handle_file
 
-import app
 from conftest import ROOT, launch_app
+
+
+class _App:
+    """The `app` module, imported when a test here first reads it: it imports Gradio (2-3 s of CPU),
+    which a pytest-xdist worker that only collects this file, and runs none of it, should not pay for."""
+
+    def __getattr__(self, name):
+        import app
+
+        return getattr(app, name)
+
+
+app = _App()
 
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
 QUESTIONS = ["안녕하세요", "배고파", "너무 피곤해", "비 온다", "헤어졌어", "외로워", "고백할까?", "잘 자"]
