@@ -60,13 +60,18 @@ class Chatbot:
             raise ValueError(f"tone must be one of {', '.join(TONES)} (or 0-2), got {tone!r}")
         return [tone if self.has_tone else -1] * count
 
-    def options(self, **decoding) -> tuple[GenerationConfig, Options]:
-        """Checked settings and their tensors. Raises ValueError for an option out of bounds, always
-        before any compiled call, so a bad request never leaves decoding half-done."""
+    def settings(self, **decoding) -> GenerationConfig:
+        """Checked settings. Raises ValueError for an option out of bounds or past this model's max_length."""
         settings = GenerationConfig(**decoding)
         if settings.no_repeat_ngram_size > self.decoder.max_length:
             raise ValueError(f"no_repeat_ngram_size must be 0 or 2..{self.decoder.max_length} (this model's "
                              f"max_length), got {settings.no_repeat_ngram_size}")
+        return settings
+
+    def options(self, **decoding) -> tuple[GenerationConfig, Options]:
+        """Checked settings and their tensors. Raises ValueError for an option out of bounds, always
+        before any compiled call, so a bad request never leaves decoding half-done."""
+        settings = self.settings(**decoding)
         seed = settings.seed if settings.seed is not None else self._seeds.randrange(2**31 - 1)
         steps = self.decoder.step_limit(settings.max_new_tokens)
         return settings, Options(
@@ -79,7 +84,7 @@ class Chatbot:
         """Raise ValueError for a tone or a decoding option this model refuses, before any decoding
         (the CLI and the app call it once a model is picked)."""
         self.tone_ids(tone, 0)
-        self.options(**decoding)
+        self.settings(**decoding)  # no tensors: the app checks every request twice before it joins a batch
 
     def warm_up(self, rows=BATCH_BUCKETS[:5], **decoding) -> None:
         """Trace and compile everything a reply with these settings needs, for batches of `rows` (the web
