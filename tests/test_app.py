@@ -273,3 +273,17 @@ def test_help_lists_the_flags(capsys):
     assert all(flag in out for flag in ("--model", "--host", "--port", "--share"))
 
 
+
+
+def test_the_server_parses_http_and_runs_its_event_loop_in_c():
+    """uvicorn, Gradio's server, picks httptools and uvloop by itself when they are installed
+    (requirements.txt): about 20% less server CPU per request under load (BENCHMARKS.md)."""
+    import uvicorn
+
+    async def asgi_app(scope, receive, send):
+        pass
+
+    config = uvicorn.Config(asgi_app, log_level="warning")
+    config.load()
+    assert config.http_protocol_class.__name__ == "HttpToolsProtocol"
+    assert config.get_loop_factory().__module__.startswith("uvloop")
