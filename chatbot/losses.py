@@ -98,9 +98,11 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
 class FusedAdam(keras.optimizers.Adam):
     """Keras' Adam, with each variable's update done by TensorFlow's fused kernel (`ResourceApplyAdam`).
 
-    The same arithmetic as `keras.optimizers.Adam`: Keras 3 writes it as about ten element-wise ops per
-    variable, each a pass over the variable, which was about a tenth of a CPU training step of this model.
-    AMSGrad falls back to Keras' own update.
+    The same arithmetic as `keras.optimizers.Adam`, which Keras 3 writes as about ten element-wise ops per
+    variable, each a pass over the variable: about a tenth of a CPU training step of this model. An
+    embedding's sparse gradient is summed into a dense one first, as textbook Adam (and Keras 2) reads
+    it; Keras 3 applies its rows one by one, so a token twice in a batch got each repeat squared apart in
+    the second moment. AMSGrad falls back to Keras' own update.
     """
 
     def update_step(self, gradient, variable, learning_rate):
@@ -119,10 +121,10 @@ class FusedAdam(keras.optimizers.Adam):
             var=handle(variable), m=handle(self._momentums[index]), v=handle(self._velocities[index]),
             beta1_power=tf.pow(scalar(self.beta_1), step), beta2_power=tf.pow(scalar(self.beta_2), step),
             lr=scalar(learning_rate), beta1=scalar(self.beta_1), beta2=scalar(self.beta_2), epsilon=scalar(self.epsilon),
-            grad=scalar(tf.convert_to_tensor(gradient)))  # an embedding's sparse gradient, made dense as Keras does
+            grad=scalar(tf.convert_to_tensor(gradient)))  # an embedding's sparse gradient: repeated rows summed
 
 
 def transformer_optimizer(d_model, warmup_steps=4000, peak_learning_rate=None) -> FusedAdam:
     """Adam(beta_1=0.9, beta_2=0.98, epsilon=1e-9) on the warmup schedule, as in the paper."""
     return FusedAdam(WarmupSchedule(d_model, warmup_steps, peak_learning_rate), beta_1=0.9, beta_2=0.98,
-                                 epsilon=1e-9)
+                     epsilon=1e-9)

@@ -273,8 +273,6 @@ def test_help_lists_the_flags(capsys):
     assert all(flag in out for flag in ("--model", "--host", "--port", "--share"))
 
 
-
-
 def test_the_server_parses_http_and_runs_its_event_loop_in_c():
     """uvicorn, Gradio's server, picks httptools and uvloop by itself when they are installed
     (requirements.txt): about 20% less server CPU per request under load (BENCHMARKS.md)."""

@@ -84,7 +84,8 @@ def test_question_gets_a_streamed_reply_shown_as_text(page, url, tmp_path):
     from gradio_client import Client
     from playwright.sync_api import expect
 
-    expected = Client(url, verbose=False, ssl_verify=False).predict("배고파", api_name="/chat")  # greedy, as the page's defaults
+    # greedy, as the page's defaults; plain HTTP, so no certificates to load
+    expected = Client(url, verbose=False, ssl_verify=False).predict("배고파", api_name="/chat")
     page.evaluate(WATCH_REPLIES)
     ask(page, "배고파")
     bots = page.locator('#chat [data-testid="bot"]')

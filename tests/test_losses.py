@@ -63,7 +63,6 @@ def test_a_peak_learning_rate_keeps_the_schedule_shape_but_sets_its_top():
     assert WarmupSchedule.from_config(schedule.get_config()).peak_learning_rate == 1e-3
 
 
-
 def test_fused_adam_updates_as_keras_adam_and_sums_repeated_rows_of_a_sparse_gradient():
     """Dense gradients: the same weights as Keras' Adam after a few scheduled steps. An embedding's sparse
     gradient with a row repeated (a token twice in a batch): the update of its summed, dense gradient
