@@ -107,13 +107,17 @@ class CachedDecoder:
         width = tf.shape(ids)[1]
         return tf.pad(ids, [[0, 0], [0, bucket(tf.maximum(width, min_length), self.length_buckets) - width]])
 
+    def encoded(self, encoder_ids):
+        """The encoder's pass over `encoder_ids`, as the decoder reads it: every layer's cross-attention keys
+        and values (`Transformer.cross_cache`), projected once per question for the loop and the rerank pass."""
+        return self.model.cross_cache(self.model.encode(encoder_ids, training=False))
+
     def start(self, encoder_ids, num_beams: int = 1, cross_cache=None) -> State:
         """The state before the first step; each question's row repeated `num_beams` times, only the
         first of them alive (the others start at -inf, so the first step does not pick one token twice).
-        `cross_cache`: the keys and values of the encoder's output for `encoder_ids` (`Transformer.cross_cache`),
-        if the caller has them already."""
+        `cross_cache`: `encoded(encoder_ids)`, if the caller has it already."""
         if cross_cache is None:
-            cross_cache = self.model.cross_cache(self.model.encode(encoder_ids, training=False))
+            cross_cache = self.encoded(encoder_ids)
         encoder_ids = tf.repeat(encoder_ids, num_beams, axis=0)  # (rows, src_len)
         cross_cache = tf.repeat(cross_cache, num_beams, axis=0)  # projected once per question, not per beam
         rows = tf.shape(encoder_ids)[0]
@@ -203,7 +207,7 @@ class CachedDecoder:
                    retrieved=None, scores=None):
         """Encoder ids (batch, src_len) -> reply ids (batch, max_length): the encoder once, then the loop;
         then, given retrieved answers (batch, k, max_length) and their scores (batch, k), `rerank`."""
-        cross_cache = self.model.cross_cache(self.model.encode(encoder_ids, training=False))  # for the loop and rerank
+        cross_cache = self.encoded(encoder_ids)  # for the loop and rerank
         replies = self.generated_ids(encoder_ids, cross_cache, options, sampler, no_repeat_ngram_size)
         if retrieved is None or retrieved.shape[1] == 0:
             return replies
@@ -238,7 +242,7 @@ class CachedDecoder:
         tones = self.asked_tones(texts, None)
         similarity = self.similarity(texts, count)
         encoder_ids = self.encode_texts(texts, tones, similarity)
-        cross_cache = self.model.cross_cache(self.model.encode(encoder_ids, training=False))
+        cross_cache = self.encoded(encoder_ids)
         replies = self.generated_ids(encoder_ids, cross_cache, options, GreedySampler(), 0)
         retrieved, scores = self.retrieved_candidates(texts, tones, count, similarity)
         return features(self.model, encoder_ids, cross_cache, replies, retrieved, scores, options.steps)

@@ -45,7 +45,7 @@ def test_a_recurring_retrieved_answer_wins_over_a_lone_one(tiny_bot):
     retrieved = tf.constant([[rows[1], rows[0], rows[0]]], tf.int32)
     generated = tf.constant([rows[1]], tf.int32)
     _, options = tiny_bot.options()
-    cross_cache = tiny_bot.model.cross_cache(tiny_bot.model.encode(encoder_ids, training=False))
+    cross_cache = decoder.encoded(encoder_ids)
     chosen = decoder.rerank(encoder_ids, cross_cache, generated, retrieved, tf.constant([[0.5, 0.5, 0.5]]), options)
     assert chosen.numpy()[0].tolist() == rows[0]
 
@@ -71,7 +71,7 @@ def test_reranking_reads_each_reply_up_to_its_width(tiny_bot, monkeypatch):
 
     decoder = tiny_bot.decoder
     encoder_ids = decoder.encode_texts(["배고파", "비 온다"])
-    cross_cache = tiny_bot.model.cross_cache(tiny_bot.model.encode(encoder_ids, training=False))
+    cross_cache = decoder.encoded(encoder_ids)
     width, length = 6, tiny_bot.model.max_length
     short = [NUM_SPECIAL + 1, NUM_SPECIAL + 2, END_ID] + [PAD_ID] * (length - 3)
     long = [NUM_SPECIAL + 3 + i for i in range(length - 1)] + [END_ID]
@@ -124,7 +124,7 @@ def test_the_likelihood_pass_reads_only_the_shortlist_and_the_choice_stays(tiny_
     every = decoder.reply_features(texts, options, 8)
     assert every.candidates.shape[1] == 9 > 1 + rerank.SHORTLIST
     encoder_ids = decoder.encode_texts(texts, similarity=decoder.similarity(texts, 8))
-    cross_cache = model.cross_cache(model.encode(encoder_ids, training=False))
+    cross_cache = decoder.encoded(encoder_ids)
     rows_read, full_pass = [], rerank.mean_log_likelihood
 
     def counted(model, replies, *args):
