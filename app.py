@@ -282,10 +282,11 @@ def main(argv=None) -> None:
     parser.add_argument("--port", type=int, default=7860, help="port (default: 7860)")
     parser.add_argument("--share", action="store_true", help="also open a public gradio.live link")
     parser.add_argument("--no-warm-up", action="store_true", help="compile each batch shape when first asked")
+    parser.add_argument("--no-xla", action="store_true", help="decode as a plain graph: no compiling, slower replies")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out of the way
     try:
-        bot = load_chatbot(args.model)
+        bot = load_chatbot(args.model, jit_compile=not args.no_xla)
     except ArtifactError as error:
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         sys.exit(2)

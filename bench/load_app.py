@@ -64,6 +64,8 @@ def parse_args(argv=None):
     parser.add_argument("--timeout", type=float, default=600, help="seconds one request may take (default: %(default)s)")
     parser.add_argument("--no-warm-up", action="store_true",
                         help="start the app with --no-warm-up (it compiles each batch shape when first asked)")
+    parser.add_argument("--no-xla", action="store_true",
+                        help="start the app with --no-xla (plain graph decoding: no compiling, slower replies)")
     args = parser.parse_args(argv)
     if min(args.clients) < 1 or args.questions < 1 or args.bad_every < 0:
         parser.error("--clients and --questions must be at least 1, --bad-every at least 0")
@@ -253,7 +255,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     with tempfile.NamedTemporaryFile(suffix=".log") as app_log:
         try:
-            process, url = start_app(args.model, app_log, *(["--no-warm-up"] if args.no_warm_up else []))
+            options = [flag for flag, on in (("--no-warm-up", args.no_warm_up), ("--no-xla", args.no_xla)) if on]
+            process, url = start_app(args.model, app_log, *options)
         except RuntimeError as error:
             print(f"error: {error}:\n{Path(app_log.name).read_text(errors='replace')[-3000:]}", file=sys.stderr)
             return 2

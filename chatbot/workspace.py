@@ -25,12 +25,12 @@ from chatbot.config import ChatbotConfig, DataConfig, GenerationConfig, ModelCon
 from chatbot.data import DataError, load_pairs
 
 
-def load_chatbot(model_dir: str | Path):
+def load_chatbot(model_dir: str | Path, jit_compile: bool = True):
     """Load a model directory as a `Chatbot`; raises ArtifactError (one line) for anything that does not load."""
     check_model_dir(model_dir)  # missing files and version mismatches, before TensorFlow is imported
     from chatbot.generate import Chatbot
 
-    return Chatbot.load(model_dir)
+    return Chatbot.load(model_dir, jit_compile=jit_compile)
 
 
 def warm_up_in_background(bot, log=lambda line: print(line, flush=True)) -> threading.Thread:
@@ -65,7 +65,8 @@ def model_summary(name: str, bot) -> str:
 
 class ModelShelf:
     """The models the app answers with: the startup model, and every model directory directly under
-    `root` (a non-hidden folder holding config.json). Each is loaded once and then shared."""
+    `root` (a non-hidden folder holding config.json). Each is loaded once and then shared, and decodes
+    with XLA or as a plain graph as the startup model does."""
 
     def __init__(self, root: str | Path, startup_bot):
         self.root = Path(root).resolve()
@@ -94,7 +95,7 @@ class ModelShelf:
             if name not in self._bots:
                 if name not in self.names():
                     raise ArtifactError(f"{name!r}: {self.root.name}/ 아래에 그런 모델이 없어요")
-                self._bots[name] = load_chatbot(self.root / name)
+                self._bots[name] = load_chatbot(self.root / name, self.startup_bot.decoder.jit_compile)
             return self._bots[name]
 
 

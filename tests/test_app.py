@@ -161,12 +161,14 @@ def load_app(*args):
 def test_the_load_test_has_help():
     result = load_app("--help")
     assert result.returncode == 0 and all(flag in result.stdout for flag in
-                                          ("--clients", "--questions", "--bad-every", "--model"))
+                                          ("--clients", "--questions", "--bad-every", "--model", "--no-xla"))
 
 
 @pytest.mark.slow  # the app in a subprocess, under a small burst
 def test_a_burst_with_bad_requests_mixed_in_answers_every_valid_one(tiny_model_dir):
-    result = load_app("--clients", 4, "--questions", 3, "--bad-every", 2, "--model", tiny_model_dir, "--no-warm-up")
+    # --no-xla: XLA compiled each new batch shape for seconds, half of this test's CPU; it gives the same tokens.
+    result = load_app("--clients", 4, "--questions", 3, "--bad-every", 2, "--model", tiny_model_dir, "--no-warm-up",
+                      "--no-xla")
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     out = result.stdout
     assert "sent 12 (6 valid, 6 invalid) from 4 clients x 3 requests" in out
@@ -265,12 +267,27 @@ def test_missing_or_broken_model_dir_exits_2_with_one_error_line(tmp_path, capsy
         assert err.startswith("error: ") and err.count("\n") == 1, err
 
 
+def test_no_xla_serves_a_plain_graph_and_xla_is_the_default(monkeypatch, models_root):
+    import app as app_module
+
+    served = []
+
+    class Demo:
+        def launch(self, **options):
+            pass
+
+    monkeypatch.setattr(app_module, "build_demo", lambda bot: served.append(bot) or Demo())
+    for flags in ([], ["--no-xla"]):
+        app.main(["--model", str(models_root / "tiny"), "--no-warm-up", *flags])
+    assert [bot.decoder.jit_compile for bot in served] == [True, False]
+
+
 def test_help_lists_the_flags(capsys):
     with pytest.raises(SystemExit) as exit_info:
         app.main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    assert all(flag in out for flag in ("--model", "--host", "--port", "--share"))
+    assert all(flag in out for flag in ("--model", "--host", "--port", "--share", "--no-warm-up", "--no-xla"))
 
 
 def test_the_server_parses_http_and_runs_its_event_loop_in_c():

@@ -25,6 +25,7 @@ def test_model_shelf_offers_only_model_directories_under_the_root(tiny_bot, tiny
     shelf = ModelShelf(tmp_path, tiny_bot)
     assert shelf.choices() == [("tiny (시작 모델)", ""), ("other", "other")]
     assert shelf.get("") is tiny_bot and shelf.get("other") is shelf.get("other") is not tiny_bot
+    assert shelf.get("other").decoder.jit_compile is tiny_bot.decoder.jit_compile is False  # as the startup model
     for name in (".hidden", "no-config", "../" + tmp_path.name + "/other", str(tmp_path / "other")):
         with pytest.raises(ArtifactError):
             shelf.get(name)
