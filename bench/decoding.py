@@ -2,7 +2,10 @@
 
 Asks the questions of the model's own validation split (questions it never trained on, rebuilt from
 its config's data paths, seed and fraction) with every setting in turn, the model retrieving from
-its training pairs only, and prints chrF, character BLEU, exact match, unique replies and
+its training pairs only. By default it leaves out the validation questions that `train` chose the
+epoch and fitted the rerank weights on (`chatbot.evaluate.validation_sample`), so no choice made in
+training saw the questions scored; `--all-validation` keeps them (as the runs before 2026-11-25
+did). It prints chrF, character BLEU, exact match, unique replies and
 distinct-1/2 per row (`chatbot.evaluate.reply_metrics`), beside the nearest-question retrieval
 reference (the answer of the most similar training question).
 
@@ -29,6 +32,8 @@ def parse_args():
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--model", default=str(ROOT / "models" / "default"))
     parser.add_argument("--questions", type=int, default=600, help="held-out questions to ask (default: 600)")
+    parser.add_argument("--all-validation", action="store_true",
+                        help="also ask the validation questions training chose its epoch and rerank weights on")
     parser.add_argument("--decode", action="append", metavar="K=V,...",
                         help="a decoding setting to score (repeatable; \"\" is the default); default: a set of rows")
     return parser.parse_args()
@@ -39,7 +44,7 @@ def main():
     from chatbot.config import ChatbotConfig
     from chatbot.data import split_by_question
     from chatbot.datasets import load_sources
-    from chatbot.evaluate import reply_metrics
+    from chatbot.evaluate import reply_metrics, unsampled
     from chatbot.generate import Chatbot
     from chatbot.retrieval import Retriever
 
@@ -47,13 +52,14 @@ def main():
     data = ChatbotConfig.read(Path(args.model) / "config.json").data
     pairs = load_sources([training_file(path) for path in data.paths], log=lambda *_: None)
     train, held_out = split_by_question(pairs, data.val_fraction, data.seed)
-    held_out = held_out[: args.questions]
+    held_out = (held_out if args.all_validation else unsampled(held_out))[: args.questions]
     questions, references = [p.question for p in held_out], [p.answer for p in held_out]
     retriever = Retriever(train)
     if bot.config.context.retrieved:  # the saved index holds the held-out pairs too: retrieve as training did
         bot = Chatbot(bot.model, bot.tokenizer, bot.config, retriever=retriever)
+    asked = "" if args.all_validation else ", none of them asked in its epoch selection or rerank fit"
     print(f"model: {args.model}; {len(questions)} held-out questions of its validation split "
-          f"(seed {data.seed}, {data.val_fraction:.0%}); retrieval from {len(train)} training pairs")
+          f"(seed {data.seed}, {data.val_fraction:.0%}{asked}); retrieval from {len(train)} training pairs")
     print(f"{'row':52s} {'chrF':>6s} {'BLEUc':>6s} {'exact':>6s} {'unique':>7s} {'dist1':>6s} {'dist2':>6s} {'ms/q':>6s}")
 
     def show(name, replies, seconds):

@@ -135,6 +135,13 @@ def validation_sample(pairs: list, max_questions: int = 500) -> list:
     return pairs[:: max(1, len(pairs) // max_questions)][:max_questions]
 
 
+def unsampled(pairs: list, max_questions: int = 500) -> list:
+    """The pairs `validation_sample` leaves out: validation questions that no choice of training (the
+    epoch kept, the rerank weights) was made on, for scores none of those choices saw."""
+    asked = set(range(0, len(pairs), max(1, len(pairs) // max_questions))[:max_questions])
+    return [pair for i, pair in enumerate(pairs) if i not in asked]
+
+
 # The rerank weights `fit_rerank_weights` tries: (similarity, consensus, likelihood).
 RERANK_GRID = [(similarity, consensus, likelihood) for similarity in (1, 4, 16, 64)
                for consensus in (0, 1, 2, 4, 8, 16, 32) for likelihood in (0, 0.125, 0.25, 0.5, 1, 2)]

@@ -7,7 +7,8 @@ import pytest
 import sacrebleu
 
 from chatbot.cli import main
-from chatbot.evaluate import MIN_UNIQUE, distinct_n, fit_rerank_weights, reply_metrics, selection_score
+from chatbot.evaluate import (MIN_UNIQUE, distinct_n, fit_rerank_weights, reply_metrics, selection_score, unsampled,
+                              validation_sample)
 
 
 def test_distinct_n_counts_unique_word_ngrams_over_all_replies():
@@ -15,6 +16,14 @@ def test_distinct_n_counts_unique_word_ngrams_over_all_replies():
     assert distinct_n(replies, 1) == pytest.approx(4 / 6)  # 좋은, 아침, 이에요, 입니다
     assert distinct_n(replies, 2) == pytest.approx(3 / 4)  # (좋은 아침) twice
     assert distinct_n(["네"], 2) == 0.0
+
+
+@pytest.mark.parametrize("count", [0, 7, 500, 999, 1001, 1474])
+def test_the_unsampled_validation_pairs_are_exactly_those_no_selection_asked(count):
+    pairs = [f"q{i}" for i in range(count)]
+    asked, fresh = validation_sample(pairs), unsampled(pairs)
+    assert len(asked) == min(count, 500) and not set(asked) & set(fresh)
+    assert sorted(asked + fresh, key=lambda q: int(q[1:])) == pairs
 
 
 def test_reply_metrics_tell_a_collapsed_model_from_a_good_one():
