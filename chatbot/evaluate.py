@@ -130,15 +130,20 @@ def write_replies(path: str | Path, questions, references, replies) -> None:
 MIN_UNIQUE = 0.5  # below this share of distinct replies an epoch is "collapsed" and is not kept for its chrF
 
 
+def sampled_positions(count: int, max_questions: int = 500) -> range:
+    """Positions of at most `max_questions` of `count` pairs, evenly spread."""
+    return range(0, count, max(1, count // max_questions))[:max_questions]
+
+
 def validation_sample(pairs: list, max_questions: int = 500) -> list:
-    """At most `max_questions` of the pairs, evenly spread: what epoch selection and rerank fitting ask."""
-    return pairs[:: max(1, len(pairs) // max_questions)][:max_questions]
+    """The pairs at `sampled_positions`: what epoch selection and rerank fitting ask."""
+    return [pairs[i] for i in sampled_positions(len(pairs), max_questions)]
 
 
 def unsampled(pairs: list, max_questions: int = 500) -> list:
     """The pairs `validation_sample` leaves out: validation questions that no choice of training (the
     epoch kept, the rerank weights) was made on, for scores none of those choices saw."""
-    asked = set(range(0, len(pairs), max(1, len(pairs) // max_questions))[:max_questions])
+    asked = set(sampled_positions(len(pairs), max_questions))
     return [pair for i, pair in enumerate(pairs) if i not in asked]
 
 
