@@ -39,7 +39,8 @@ EMPTY_REPLY = "질문을 입력해 주세요. 무엇이든 편하게 물어보�
 BUSY_MESSAGE = "다른 학습이 진행 중이에요. 그 학습이 끝난 뒤에 다시 시도해 주세요."
 TONE_CHOICES = [("지정 안 함", ""), ("일상", "everyday"), ("위로", "sad"), ("설렘", "love")]
 SIZE_CHOICES = [("아주 작게 (시험용, 몇 초)", "tiny"), ("작게 (CPU에서 몇 분)", "small"), ("기본 (설계값, GPU 권장)", "base")]
-LAUNCH_OPTIONS = {"max_file_size": MAX_UPLOAD_BYTES}  # pass to demo.launch(); the handlers check sizes too
+# For demo.launch(); the handlers check sizes too. show_error: what Gradio itself refuses says why.
+LAUNCH_OPTIONS = {"max_file_size": MAX_UPLOAD_BYTES, "show_error": True}
 
 # The decoding options are GenerationConfig's fields, in its order: the settings panel and `/chat` follow them.
 DEFAULTS = GenerationConfig()
@@ -78,9 +79,13 @@ def decoding_options(values: dict) -> dict:
         raise settings_error(error) from None
 
 
+def refused(reason, what: str = "요청을 처리할 수 없어요") -> gr.Error:
+    """A request the app refuses: the reason is the caller's (toasts render HTML), no traceback in the log."""
+    return gr.Error(f"{what}: {html.escape(str(reason))}", print_exception=False)
+
+
 def settings_error(error: Exception) -> gr.Error:
-    """A setting the user got wrong: the message is theirs (toasts render HTML), no traceback in the server log."""
-    return gr.Error(f"생성 설정 값이 올바르지 않아요: {html.escape(str(error))}", print_exception=False)
+    return refused(error, "생성 설정 값이 올바르지 않아요")
 
 
 def as_text(text: str) -> str:
@@ -117,11 +122,17 @@ class ChatApp:
         """Answer one question with the chosen model and decoding settings; returns the reply as plain text.
         An empty `model` means the model the app started with; `tone` is everyday, sad, love or "" (none);
         a missing or negative `seed` draws a random one."""
+        if not isinstance(message, str):
+            raise refused(f"message must be a string, got {type(message).__name__}")
         question = question_of(message)
         if not question:
             return EMPTY_REPLY
         options = {**decoding_options(decoding), "tone": tone or None}
-        return self.batcher.reply(self.model(model, options), question, **options)
+        bot = self.model(model, options)
+        try:
+            return self.batcher.reply(bot, question, **options)
+        except ValueError as error:  # the question itself (not valid Unicode): refused before any batch
+            raise refused(error) from None
 
     def respond(self, message, history, model_name, tone, *settings):
         """Stream the reply into the chat, token by token. `settings` are the decoding options in
@@ -256,7 +267,7 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT) -> gr.Blocks:
                     concurrency_id="train", concurrency_limit=None)  # the trainer's lock turns a second one away
         # Not through Gradio's queue: its events cost more server time per request than a batched reply
         # (bench/load_app.py). Gradio's thread pool takes up to 40 requests at once; the batcher decodes them together.
-        gr.api(typed_chat_function(ui.chat, ChatApp.chat.__doc__), api_name="chat", queue=False)
+        gr.api(typed_chat_function(ui.chat, ChatApp.chat.__doc__, refused), api_name="chat", queue=False)
         gr.api(ui.models, api_name="models")
     demo.queue(default_concurrency_limit=CHAT_CONCURRENCY, max_size=QUEUE_SIZE)
     return demo

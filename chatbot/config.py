@@ -145,10 +145,16 @@ class TrainConfig:
         _check_seed(self.seed)
 
 
+def _short(value) -> str:
+    """A value for an error line: a 400-digit integer is named by its size, not printed whole."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:12]}... ({len(text)} characters)"
+
+
 def _check_seed(seed) -> None:
     """A training seed seeds Python, NumPy (0..2**32-1) and TensorFlow (int32): it must fit them all."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= INT32_MAX:
-        raise ValueError(f"seed must be an integer between 0 and {INT32_MAX}, got {seed!r}")
+        raise ValueError(f"seed must be an integer between 0 and {INT32_MAX}, got {_short(seed)}")
 
 
 STRATEGIES = ("greedy", "beam", "sample")  # chatbot.samplers has a sampler for each
@@ -207,12 +213,14 @@ class GenerationConfig:
             integer = isinstance(highest, int)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral if integer else numbers.Real):
                 raise ValueError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
+            given = value
             try:
                 value = int(value) if integer else float(value)
             except OverflowError:  # float(10**400)
-                raise ValueError(f"{name} must be between {lowest} and {highest}, got {value!r}") from None
-            if not (math.isfinite(value) and lowest <= value <= highest):
-                raise ValueError(f"{name} must be between {lowest} and {highest}, got {value!r}")
+                value = math.nan
+            # Integers are compared as integers: math.isfinite(10**400) itself raises OverflowError.
+            if not ((integer or math.isfinite(value)) and lowest <= value <= highest):
+                raise ValueError(f"{name} must be between {lowest} and {highest}, got {_short(given)}")
             object.__setattr__(self, name, value)  # plain int/float, whatever numeric type came in
         if self.top_p <= 0.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")

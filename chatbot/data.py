@@ -122,6 +122,20 @@ def _clean_label(value) -> int | None:
     return int(number) if number.is_integer() and int(number) in VALID_LABELS else None
 
 
+def _check_multiline(path: Path, lines: list[str], fields: list[str], start: int) -> None:
+    """A quoted field may span lines, but a stray opening quote also makes one: it swallows the rows
+    after it into one field, silently. Refuse a record whose quotes do not pair up (the quote was never
+    closed) or whose field spans lines that read like rows of their own (a comma on them)."""
+    if sum(line.count('"') for line in lines) % 2:
+        raise DataError(path, "a quote opened here is never closed, so every row after it would be read as "
+                              "one field (remove the stray quote or close it)", row=start)
+    for field in fields:
+        continued = field.split("\n")[1:]
+        if any("," in part for part in continued):
+            raise DataError(path, f"a quoted field runs over {len(continued) + 1} lines that look like rows of "
+                                  f"their own; an opening quote is probably unmatched", row=start)
+
+
 def read_records(path: str | Path) -> tuple[list[str], list[tuple[int, list[str]]], str]:
     """The header, every data row as (CSV line where it starts, fields) and the encoding. Blank lines are
     skipped but counted, and a quoted field may span lines, so the numbers are the lines an editor shows.
@@ -135,12 +149,15 @@ def read_records(path: str | Path) -> tuple[list[str], list[tuple[int, list[str]
         raise DataError(path, "the file is empty")
     text, encoding = _decode(path, raw)
     reader = csv.reader(io.StringIO(text, newline=""))
+    text_lines = text.splitlines()
     header, records, last_line = None, [], 0
     try:
         for fields in reader:
             start, last_line = last_line + 1, reader.line_num
             if not any(cell.strip() for cell in fields):
                 continue
+            if last_line > start:
+                _check_multiline(path, text_lines[start - 1:last_line], fields, start)
             if header is None:
                 header = fields
             elif len(fields) > len(header) and any(cell.strip() for cell in fields[len(header):]):

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from chatbot.compiled import CompiledCache
 from chatbot.config import NO_CONTEXT, ContextConfig, GenerationConfig, RerankConfig
 from chatbot.layers import padding_mask
 from chatbot.pipeline import bucket, encoder_inputs
@@ -24,6 +25,7 @@ from chatbot.tokenizer import END_ID, PAD_ID, SEPARATOR_ID, START_ID, Tokenizer
 
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # batches are padded to these many rows (XLA shapes)
+COMPILED_KEPT = 8  # decoding settings whose compiled functions are kept (the defaults and a few others)
 
 
 class Options(NamedTuple):
@@ -72,7 +74,8 @@ class CachedDecoder:
         # Few encoder lengths: a question alone fits in 16 tokens, most with a retrieved answer in 32.
         # Each length and batch bucket costs one XLA compilation (seconds on a CPU).
         self.length_buckets = tuple(b for b in (16, 32) if b < model.encoder_length) + (model.encoder_length,)
-        self._compiled, self._loops = {}, {}
+        # Keyed by static settings a user picks: bounded, so sweeping valid options cannot grow memory.
+        self._compiled, self._loops = CompiledCache(COMPILED_KEPT), CompiledCache(COMPILED_KEPT)
 
     def step_limit(self, max_new_tokens: int) -> int:
         """How many tokens a reply may get: what was asked for, within the model's positions."""
@@ -194,14 +197,12 @@ class CachedDecoder:
         once, then reused). One traced function with open batch and length dimensions, which XLA compiles
         once per shape it meets."""
         key = (type(sampler).__name__, sampler.num_beams, no_repeat_ngram_size, candidates)
-        if key not in self._loops:
-            self._loops[key] = tf.function(
-                lambda ids, retrieved, scores, options: self.decode_ids(ids, options, sampler, no_repeat_ngram_size,
-                                                                        retrieved, scores),
-                jit_compile=self.jit_compile, autograph=False, input_signature=[
-                    tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, candidates, self.max_length], tf.int32),
-                    tf.TensorSpec([None, candidates], tf.float32), OPTIONS_SIGNATURE])
-        return self._loops[key]
+        return self._loops.get(key, lambda: tf.function(
+            lambda ids, retrieved, scores, options: self.decode_ids(ids, options, sampler, no_repeat_ngram_size,
+                                                                    retrieved, scores),
+            jit_compile=self.jit_compile, autograph=False, input_signature=[
+                tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, candidates, self.max_length], tf.int32),
+                tf.TensorSpec([None, candidates], tf.float32), OPTIONS_SIGNATURE]))
 
     def decode_ids(self, encoder_ids, options: Options, sampler: Sampler, no_repeat_ngram_size: int,
                    retrieved=None, scores=None):
@@ -261,7 +262,7 @@ class CachedDecoder:
         (strategy, beam width, n-gram size): detokenizing runs in the graph too."""
         key = (settings.strategy, settings.num_beams if settings.strategy == "beam" else 0,
                settings.no_repeat_ngram_size, self.candidate_count(settings.candidates))
-        if key not in self._compiled:
+        def build():
             sampler = sampler_for(settings)
 
             def generate(texts, options, tones, min_length):
@@ -269,11 +270,12 @@ class CachedDecoder:
                                   min_length)
                 return ids, self.tokenizer.detokenize(ids)
 
-            self._compiled[key] = tf.function(generate, autograph=False, input_signature=[
+            return tf.function(generate, autograph=False, input_signature=[
                 tf.TensorSpec([None], tf.string), OPTIONS_SIGNATURE, tf.TensorSpec([None], tf.int32),
                 tf.TensorSpec([], tf.int32)])
-        return self._compiled[key](tf.constant(texts, tf.string), options, tf.constant(tones, tf.int32),
-                                   tf.constant(min_length, tf.int32))
+
+        return self._compiled.get(key, build)(tf.constant(texts, tf.string), options, tf.constant(tones, tf.int32),
+                                              tf.constant(min_length, tf.int32))
 
 
 def agreement(replies, encoder_ids):

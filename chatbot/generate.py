@@ -17,10 +17,12 @@ import numpy as np
 import tensorflow as tf
 
 from chatbot.artifacts import load_model_dir
-from chatbot.config import MAX_QUESTION_CHARS, TONES, ChatbotConfig, GenerationConfig
-from chatbot.decoding import BATCH_BUCKETS, CachedDecoder, Options
+from chatbot.config import TONES, ChatbotConfig, GenerationConfig
+from chatbot.compiled import CompiledCache
+from chatbot.decoding import BATCH_BUCKETS, COMPILED_KEPT, CachedDecoder, Options
 from chatbot.layers import padding_mask
 from chatbot.samplers import sampler_for, suppress_special
+from chatbot.text import check_questions
 from chatbot.tokenizer import END_ID, PAD_ID, START_ID, Tokenizer
 
 
@@ -34,7 +36,7 @@ class Chatbot:
         self.model, self.tokenizer, self.config, self.path = model, tokenizer, config, path
         self.retriever = retriever
         self.decoder = CachedDecoder(model, tokenizer, config.context, retriever, jit_compile, config.rerank)
-        self._step = {}  # streaming: one traced step function per (strategy, n-gram size)
+        self._step = CompiledCache(COMPILED_KEPT)  # streaming: one traced step per (strategy, n-gram size)
         self._start = tf.function(self.decoder.start, autograph=False)
         self._encode = tf.function(self.decoder.encode_texts, autograph=False)
         self._seeds = random.Random()  # its own: code that reseeds Python's `random` (training) leaves it alone
@@ -142,11 +144,10 @@ class Chatbot:
         traced once. Not XLA: a compilation costs seconds per encoder length on a CPU, which the first
         streamed reply would wait for, while a step is a few milliseconds either way."""
         key = (settings.strategy, settings.no_repeat_ngram_size)
-        if key not in self._step:
-            sampler = sampler_for(settings)
-            self._step[key] = tf.function(lambda s, o: self.decoder.step(s, o, sampler, settings.no_repeat_ngram_size),
-                                         autograph=False)
-        return self._step[key], self._start, self._encode
+        sampler = sampler_for(settings)
+        step = self._step.get(key, lambda: tf.function(
+            lambda s, o: self.decoder.step(s, o, sampler, settings.no_repeat_ngram_size), autograph=False))
+        return step, self._start, self._encode
 
     def attention(self, text: str, reply: str | None = None, tone=None) -> dict:
         """Cross-attention of a reply over the encoder input (the question, and the retrieved answers if
@@ -175,19 +176,6 @@ class Chatbot:
                 break
             output.append(token)
         return self.tokenizer.decode([output[1:]])[0]
-
-
-def check_questions(texts) -> list[str]:
-    """The questions as a list of strings, each at most MAX_QUESTION_CHARS characters; ValueError otherwise."""
-    if isinstance(texts, str):
-        raise ValueError("questions must be a list of strings, not one string")
-    texts = list(texts)
-    for text in texts:
-        if not isinstance(text, str):
-            raise ValueError(f"a question must be a string, got {type(text).__name__}")
-        if len(text) > MAX_QUESTION_CHARS:
-            raise ValueError(f"the question is too long ({len(text):,} characters; at most {MAX_QUESTION_CHARS:,})")
-    return texts
 
 
 def _trim(ids) -> list[list[int]]:

@@ -4,8 +4,9 @@ Owns: `ReplyBatcher`, which lets many threads (the web app's request workers) as
 each while the model decodes them in batches. No thread of its own: one caller at a time leads,
 decoding everything waiting, grouped by model, tone and decoding settings, until its own reply is
 done; then it hands the lead to the oldest waiting caller and returns, so no caller's reply waits
-behind batches that arrived after it. A request's error (an option the model refuses) is raised in
-that request's thread only.
+behind batches that arrived after it. A request's error (a question or an option the model refuses) is
+raised in that request's thread only, before it joins a batch; should a batch still fail, its requests are
+answered one by one, so one bad request never fails another.
 Must not touch Gradio or decide what the user sees.
 """
 
@@ -16,6 +17,7 @@ import threading
 from concurrent.futures import Future
 
 from chatbot.config import GenerationConfig
+from chatbot.text import check_questions
 
 
 @dataclasses.dataclass
@@ -53,7 +55,9 @@ class ReplyBatcher:
         self.batches: list[int] = []  # the size of every batch decoded so far (for tests and benchmarks)
 
     def reply(self, bot, question: str, tone=None, **decoding) -> str:
-        bot.check(tone, **decoding)  # a refused option fails here, in the caller's thread, before it joins a batch
+        # A refused question or option fails here, in the caller's thread, before it can join a batch.
+        check_questions([question])
+        bot.check(tone, **decoding)
         request = _Request(bot, question, tone, decoding)
         with self._lock:
             self._waiting.append(request)
@@ -90,10 +94,13 @@ class ReplyBatcher:
         self.batches.append(len(batch))
         try:
             replies = head.bot.reply_batch([r.question for r in batch], head.tone, **head.decoding)
-        except BaseException as error:  # noqa: BLE001 - handed to every waiting caller, raised in its thread
-            for request in batch:
-                request.reply.set_exception(error)
-                request.wake.set()
+        except Exception as error:  # noqa: BLE001 - raised in the waiting callers' threads, not this one
+            if len(batch) > 1:  # one request's fault must not fail the others: answer each on its own
+                for request in batch:
+                    self._decode([request])
+                return
+            batch[0].reply.set_exception(error)
+            batch[0].wake.set()
             return
         for request, reply in zip(batch, replies):
             request.reply.set_result(reply)

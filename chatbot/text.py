@@ -1,6 +1,7 @@
-"""Korean text normalisation shared by training and inference.
+"""Korean text normalisation shared by training and inference, and what a question may be.
 
-Owns: the one definition of a clean string (Unicode NFC, no control characters, single spaces).
+Owns: the one definition of a clean string (Unicode NFC, no control characters, single spaces), and
+`check_questions`, the one rule every entry point applies to a question before any model work.
 `tokenizer.py` applies the same rules inside the TensorFlow graph with the patterns defined here.
 Hangul jamo such as ㅋ/ㅠ/ㅎ and emoji are kept: in chat they carry meaning.
 Must not import TensorFlow.
@@ -8,6 +9,8 @@ Must not import TensorFlow.
 
 import re
 import unicodedata
+
+from chatbot.config import MAX_QUESTION_CHARS
 
 # Written with literal characters (not \\u escapes) so that both Python's `re` and RE2
 # (tf.strings.regex_replace) read the same patterns.
@@ -23,3 +26,21 @@ def normalize(text: str) -> str:
     text = unicodedata.normalize("NFC", str(text))
     text = _control.sub("", text)
     return _whitespace.sub(" ", text).strip()
+
+
+def check_questions(texts) -> list[str]:
+    """The questions as a list of strings, each at most MAX_QUESTION_CHARS characters; ValueError otherwise."""
+    if isinstance(texts, str):
+        raise ValueError("questions must be a list of strings, not one string")
+    texts = list(texts)
+    for text in texts:
+        if not isinstance(text, str):
+            raise ValueError(f"a question must be a string, got {type(text).__name__}")
+        if len(text) > MAX_QUESTION_CHARS:
+            raise ValueError(f"the question is too long ({len(text):,} characters; at most {MAX_QUESTION_CHARS:,})")
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate ("\ud800"): no UTF-8 for the graph to read
+                raise ValueError("the question is not valid Unicode text (it holds a lone surrogate)") from None
+    return texts

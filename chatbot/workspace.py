@@ -230,10 +230,11 @@ class BackgroundTrainer:
             job.finished.set()
 
 
-def typed_chat_function(chat, doc: str | None = None):
+def typed_chat_function(chat, doc: str | None = None, refuse=ValueError):
     """`chat(message, model="", **decoding)` as a plain function with one typed parameter per
     GenerationConfig field, in field order, which is what an API layer (Gradio's `gr.api`) reads:
-    `(message, <GenerationConfig fields>, model, tone)`."""
+    `(message, <GenerationConfig fields>, model, tone)`. Arguments that do not fit it (a missing message,
+    one too many) raise `refuse(reason)`, an error the API layer shows its caller."""
     kind, types = inspect.Parameter.POSITIONAL_OR_KEYWORD, typing.get_type_hints(GenerationConfig)
     defaults = GenerationConfig()
     parameters = [inspect.Parameter("message", kind, annotation=str),
@@ -244,7 +245,11 @@ def typed_chat_function(chat, doc: str | None = None):
     signature = inspect.Signature(parameters, return_annotation=str)
 
     def typed_chat(*args, **kwargs):
-        (bound := signature.bind(*args, **kwargs)).apply_defaults()
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as error:
+            raise refuse(f"the request does not fit /chat({', '.join(signature.parameters)}): {error}") from None
+        bound.apply_defaults()
         return chat(**bound.arguments)
 
     typed_chat.__signature__, typed_chat.__doc__ = signature, doc

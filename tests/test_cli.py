@@ -68,6 +68,10 @@ def test_bad_settings_are_user_errors(tmp_path, capsys, tiny_model_dir):
     assert_user_error(*main(capsys, "chat", "--model", tmp_path / "nothing", "-q", "안녕")[::2], "no model directory")
     assert_user_error(*main(capsys, "chat", "--model", tiny_model_dir, "-q", "x", "--temperature", "0")[::2],
                       "temperature")
+    for option in ("--seed", "--num-beams", "--max-new-tokens"):  # past a float's range, and negative
+        for value in ("9" * 400, "-" + "9" * 400):
+            assert_user_error(*main(capsys, "chat", "--model", tiny_model_dir, "-q", "x", option, value)[::2],
+                              option[2:].replace("-", "_"))
 
 
 def test_a_corrupt_model_is_a_user_error_too(tmp_path, capsys, tiny_model_dir):

@@ -89,6 +89,8 @@ OUT_OF_BOUNDS = [  # (option, value) pairs the fuzzing of issue 14 found accepte
     ("no_repeat_ngram_size", 1), ("no_repeat_ngram_size", 2**31),
     ("top_k", "5"), ("num_beams", 2.5), ("max_new_tokens", True), ("temperature", "hot"), ("strategy", None),
     ("temperature", 10**400),
+    *[(name, value) for name in ("seed", "num_beams", "max_new_tokens", "top_k", "candidates", "no_repeat_ngram_size")
+      for value in (10**400, -10**400)],  # past a float's range: compared as integers, never converted
 ]
 
 
@@ -98,7 +100,7 @@ def test_decoding_options_out_of_bounds_are_value_errors(name, value):
         GenerationConfig(**{name: value})
 
 
-LOOSE_BUT_FINE = [("seed", -2**31 - 1), ("top_k", "5"), ("num_beams", 2.5), ("max_new_tokens", True)]  # -> None, 5, 2, 1
+LOOSE_BUT_FINE = [("seed", -2**31 - 1), ("seed", -10**400), ("top_k", "5"), ("num_beams", 2.5), ("max_new_tokens", True)]  # -> None, 5, 2, 1
 
 
 @pytest.mark.parametrize("name, value", [(n, v) for n, v in OUT_OF_BOUNDS

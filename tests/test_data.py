@@ -137,3 +137,21 @@ def test_korean_cp949_with_rare_syllables_and_hanja_still_reads(tmp_path):
     rows = [*TINY_PAIRS[:20], ("똠방각하 햏", "韓國語 漢字도 읽어요.", 0)]  # 똠/햏: cp949-only syllables
     pairs, report = load_pairs(write_csv(tmp_path / "excel.csv", rows, encoding="cp949"))
     assert report.encoding == "cp949" and pairs[-1] == QAPair("똠방각하 햏", "韓國語 漢字도 읽어요.", 0)
+
+
+@pytest.mark.parametrize("content", [
+    'Q,A\n안녕,"반가워요\n밥 먹었어?,네 먹었어요\n잘 자,좋은 꿈 꾸세요\n',  # never closed
+    'Q,A\n안녕,"반가워요\n밥 먹었어?,네 먹었어요\n잘 자,"좋은 꿈" 꾸세요\n',  # closed rows later
+])
+def test_a_stray_opening_quote_is_refused_with_its_line_not_swallowing_rows(tmp_path, content):
+    path = tmp_path / "stray.csv"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(DataError, match=r"stray.csv:2: .*quote"):
+        load_pairs(path)
+
+
+def test_a_quoted_answer_over_two_lines_still_reads(tmp_path):
+    path = tmp_path / "multiline.csv"
+    path.write_text('Q,A\n안녕,"반가워요\n또 만나요"\n잘 자,좋은 꿈\n', encoding="utf-8")
+    pairs, report = load_pairs(path)
+    assert [p.answer for p in pairs] == ["반가워요 또 만나요", "좋은 꿈"] and report.rows_read == 2

@@ -1,8 +1,10 @@
+import os
+
 import numpy as np
 import pytest
 
 from chatbot.config import GenerationConfig
-from chatbot.decoding import BATCH_BUCKETS
+from chatbot.decoding import BATCH_BUCKETS, COMPILED_KEPT
 from chatbot.generate import Chatbot
 from chatbot.pipeline import bucket
 from chatbot.samplers import GreedySampler
@@ -137,7 +139,7 @@ def test_bad_decoding_options_are_rejected(tiny_bot):
 # -- issue 14: bounds are checked before any compiled call; a refused request leaves nothing behind --
 
 @pytest.mark.parametrize("bad", [dict(seed=2**31), dict(max_new_tokens=2**31), dict(top_k=2**31), dict(num_beams=9),
-                                 dict(temperature=float("nan")), dict(top_p=float("inf")),
+                                 dict(num_beams=10**400), dict(seed=10**400), dict(temperature=float("nan")), dict(top_p=float("inf")),
                                  dict(repetition_penalty=float("nan")), dict(length_penalty=float("-inf")),
                                  dict(no_repeat_ngram_size=1), dict(no_repeat_ngram_size=17)])
 def test_bad_options_are_refused_before_decoding_and_the_next_reply_works(tiny_bot, bad):
@@ -201,3 +203,41 @@ def test_agreement_moves_beam_search_towards_the_retrieved_answer(tiny_bot):
     agreeing = tiny_bot.reply_batch(QUESTIONS[:12], strategy="beam", num_beams=4, agreement=50.0)
     assert sum(a == r for a, r in zip(agreeing, retrieved)) >= sum(p == r for p, r in zip(plain, retrieved))
     assert tiny_bot.reply_batch(QUESTIONS[:12], agreement=50.0) == tiny_bot.reply_batch(QUESTIONS[:12])  # greedy: none
+
+
+SWEEP = """
+import json, sys
+from chatbot.generate import Chatbot
+
+def resident_mib():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096 / 2**20
+
+bot = Chatbot.load(sys.argv[1], jit_compile=False)
+sweep = [dict(no_repeat_ngram_size=n) for n in range(2, 17)] + [dict(candidates=c) for c in range(1, 12)]
+bot.reply("배고파")
+rss = [resident_mib()]
+for options in sweep:
+    bot.reply("배고파", **options)
+    rss.append(resident_mib())
+print(json.dumps({"rss": rss, "kept": [len(bot.decoder._compiled), len(bot.decoder._loops)]}))
+"""
+
+
+@pytest.mark.slow  # a TensorFlow subprocess tracing 26 decoding functions
+def test_sweeping_valid_static_options_keeps_memory_bounded(tiny_model_dir):
+    """Each n-gram size and candidate count is a function of its own, traced and kept: every one is a valid
+    option, so without a bound any caller could grow the process by tens of MB a request. Measured in a
+    process of its own, so that nothing else the test worker did moves its memory."""
+    import json
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", SWEEP, str(tiny_model_dir)], capture_output=True, text=True,
+                            timeout=600, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    measured = json.loads(result.stdout.strip().splitlines()[-1])
+    rss = measured["rss"]
+    assert max(measured["kept"]) <= COMPILED_KEPT
+    per_function = (rss[10] - rss[0]) / 10  # while the cache fills
+    assert rss[-1] - rss[10] < 0.6 * per_function * (len(rss) - 11)  # about 1.0 when every one is kept

@@ -92,6 +92,43 @@ def test_a_refused_request_fails_alone_and_the_batcher_keeps_serving(tiny_bot):
     assert batcher.reply(tiny_bot, "잠이 안 와") == tiny_bot.reply("잠이 안 와")
 
 
+def test_a_question_that_is_not_valid_text_is_refused_alone_and_its_neighbours_answered(tiny_bot):
+    batcher = ReplyBatcher()
+    requests = [("오늘 너무 피곤해", {}), ("배고파", {}), ("\ud800", {}), ("비가 와", {}), ("고마워", {})]
+    held = HeldFirstBatch(tiny_bot, batcher, expected=3)  # the lone surrogate never queues
+    results = ask_all(batcher, held, requests)
+    assert isinstance(results[2], ValueError) and "Unicode" in str(results[2])
+    good = [i for i in range(len(requests)) if i != 2]
+    assert [results[i] for i in good] == [tiny_bot.reply(requests[i][0]) for i in good]
+
+
+class FailingBatches:
+    """The tiny bot, whose batches of more than one question fail: as a batch broken by one request would."""
+
+    def __init__(self, bot):
+        self.bot, self.calls = bot, []
+
+    def __getattr__(self, name):
+        return getattr(self.bot, name)
+
+    def reply_batch(self, texts, tone=None, **decoding):
+        self.calls.append(list(texts))
+        if len(texts) > 1 or texts == ["망가진 질문"]:
+            raise RuntimeError("this batch broke")
+        return self.bot.reply_batch(texts, tone, **decoding)
+
+
+def test_a_batch_that_fails_is_answered_request_by_request(tiny_bot):
+    batcher = ReplyBatcher()
+    failing = FailingBatches(tiny_bot)
+    held = HeldFirstBatch(failing, batcher, expected=3)
+    results = ask_all(batcher, held, [("안녕", {}), ("배고파", {}), ("망가진 질문", {}), ("비가 와", {})])
+    assert results[0] == tiny_bot.reply("안녕") and results[1] == tiny_bot.reply("배고파")
+    assert results[3] == tiny_bot.reply("비가 와")
+    assert isinstance(results[2], RuntimeError)  # only the request that fails on its own gets the error
+    assert ["배고파", "망가진 질문", "비가 와"] in failing.calls
+
+
 def test_max_batch_size_is_checked_and_kept(tiny_bot):
     with pytest.raises(ValueError, match="max_batch_size"):
         ReplyBatcher(0)
