@@ -38,7 +38,7 @@ EXAMPLES = ["안녕하세요", "오늘 너무 피곤해", "헤어지고 밥이 �
 EMPTY_REPLY = "질문을 입력해 주세요. 무엇이든 편하게 물어보세요!"
 BUSY_MESSAGE = "다른 학습이 진행 중이에요. 그 학습이 끝난 뒤에 다시 시도해 주세요."
 TONE_CHOICES = [("지정 안 함", ""), ("일상", "everyday"), ("위로", "sad"), ("설렘", "love")]
-SIZE_CHOICES = [("아주 작게 (시험용, 몇 초)", "tiny"), ("작게 (CPU에서 몇 분)", "small"), ("기본 (설계값, GPU 권장)", "base")]
+SIZE_CHOICES = [("아주 작게 (시험용, 몇 초)", "tiny"), ("작게 (CPU에서 몇 분)", "small"), ("기본 (설계값, 명령줄 train과 같음)", "base")]
 # For demo.launch(); the handlers check sizes too. show_error: what Gradio itself refuses says why.
 LAUNCH_OPTIONS = {"max_file_size": MAX_UPLOAD_BYTES, "show_error": True}
 
@@ -183,7 +183,7 @@ class ChatApp:
     def check_csv(self, path: str | None) -> str:
         return read_training_csv(path, MAX_UPLOAD_BYTES)[1] if path else ""  # no file: no report
 
-    def train(self, path: str | None, epochs: int = 30, size: str = "small", progress=gr.Progress()):
+    def train(self, path: str | None, epochs: int = 0, size: str = "base", progress=gr.Progress()):
         """Check the CSV, train in the background, report progress until done. Yields (log, model picker)."""
         pairs, message = read_training_csv(path, MAX_UPLOAD_BYTES)
         if pairs is None:
@@ -248,9 +248,9 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT) -> gr.Blocks:
                         "올리면 새 모델을 학습해 `models/` 아래에 저장합니다. 학습 중에도 대화는 계속됩니다.")
             upload = gr.File(label="Q&A CSV", file_types=[".csv"], type="filepath")
             report = gr.Textbox(label="데이터 보고서", lines=8, interactive=False)
-            epochs = gr.Slider(1, 300, value=30, step=1, label="에포크")
+            epochs = gr.Slider(0, 300, value=0, step=1, label="에포크 (0 = 데이터 크기에 맞춰 자동)")
             with gr.Accordion("고급", open=False):
-                size = gr.Radio(SIZE_CHOICES, value="small", label="모델 크기")
+                size = gr.Radio(SIZE_CHOICES, value="base", label="모델 크기")
             start = gr.Button("학습 시작", variant="primary")
             training_log = gr.Textbox(label="학습 진행", lines=12, interactive=False)
 

@@ -19,6 +19,7 @@ from chatbot.artifacts import ArtifactError, check_model_dir, check_writable
 from chatbot.config import (MAX_RETRIEVED, SELECTIONS, STRATEGIES, TONES, ChatbotConfig, ContextConfig, DataConfig,
                             GenerationConfig, ModelConfig, TokenizerConfig, TrainConfig, __version__)
 from chatbot.data import DataError
+from chatbot.schedule import MIN_STEPS_PER_EPOCH
 from chatbot.download import DownloadError, download_chatbot_data
 from chatbot.terminal import UserError
 
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     m, t = ModelConfig(), TrainConfig()
+    AUTO = "chosen from the data's size when unset"  # noqa: N806
     train = commands.add_parser("train", help="train a chatbot on a Q&A CSV",
                                 description="Train a chatbot on a Q&A CSV (columns Q,A[,label]) and write a model directory.")
     train.add_argument("--data", required=True, action="append", metavar="SOURCE",
@@ -70,8 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", required=True, help="model directory to create")
     train.add_argument("--overwrite", action="store_true", help="replace --out if it exists (only once training succeeded)")
     train.add_argument("--resume", action="store_true", help="continue an interrupted run of the same --out")
-    train.add_argument("--epochs", type=int, default=t.epochs)
-    train.add_argument("--batch-size", type=int, default=t.batch_size)
+    train.add_argument("--epochs", type=int, help=f"passes over the data ({AUTO}: 50 for 2,000 pairs or more, else 40)")
+    train.add_argument("--batch-size", type=int, help=f"pairs per step ({AUTO}: 16, 32 or 64)")
+    train.add_argument("--repeats", type=int, help=f"each pair this many times an epoch ({AUTO}: at least "
+                                                   f"{MIN_STEPS_PER_EPOCH} steps an epoch)")
     train.add_argument("--max-length", type=int, default=m.max_length, help="longest question/answer in tokens")
     train.add_argument("--vocab-size", type=int, default=TokenizerConfig().vocab_size, help="subword vocabulary target")
     train.add_argument("--num-layers", type=int, default=m.num_layers)
@@ -81,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--dropout", type=float, default=m.dropout)
     train.add_argument("--shared-embeddings", action="store_true",
                        help="the output layer is the decoder's token embedding, transposed (fewer weights)")
-    train.add_argument("--warmup-steps", type=int, default=t.warmup_steps)
+    train.add_argument("--warmup-steps", type=int,
+                       help=f"steps of rising learning rate ({AUTO}: 4,000, or a fifth of a shorter run)")
     train.add_argument("--peak-learning-rate", type=float, default=t.peak_learning_rate, metavar="LR",
                        help="where the warmup schedule peaks (default: %(default)s; unset: the paper's "
                             "d_model^-0.5 * warmup^-0.5)")
@@ -93,8 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-tone", dest="tone", action="store_false",
                        help="ignore the label column (by default it becomes a tone the model learns and `chat "
                             "--tone` asks for)")
-    train.add_argument("--val-fraction", type=float, default=DataConfig().val_fraction,
-                       help="share of questions held out for validation")
+    train.add_argument("--val-fraction", type=float,
+                       help=f"share of questions held out to choose the epoch ({AUTO}: 0.1, or 0 under 1,000 pairs)")
     train.add_argument("--seed", type=int, default=t.seed)
     train.add_argument("--select", choices=SELECTIONS, default=t.select,
                        help="which epoch to keep: chrf = best replies to the validation questions (chrF), "
@@ -147,6 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_train(args) -> None:
+    role = strategy = None
+    if args.strategy == "multi-worker":  # before any TensorFlow op: collective ops are set up at start
+        from chatbot.cluster import multi_worker_strategy, read_tf_config
+
+        try:
+            role = read_tf_config(os.environ)
+        except ValueError as error:
+            raise UserError(str(error)) from None
+        strategy = multi_worker_strategy()
     try:
         config = ChatbotConfig(
             model=ModelConfig(num_layers=args.num_layers, d_model=args.d_model, num_heads=args.num_heads,
@@ -155,7 +169,7 @@ def run_train(args) -> None:
             tokenizer=TokenizerConfig(vocab_size=args.vocab_size),
             context=ContextConfig(retrieved=args.retrieved, tone=args.tone),
             data=DataConfig(paths=tuple(map(str, args.data)), val_fraction=args.val_fraction, seed=args.seed),
-            train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, warmup_steps=args.warmup_steps,
+            train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, warmup_steps=args.warmup_steps, repeats=args.repeats,
                               peak_learning_rate=args.peak_learning_rate, select=args.select,
                               label_smoothing=args.label_smoothing, early_stopping=args.early_stopping,
                               mixed_precision=args.mixed_precision, xla=args.xla, strategy=args.strategy,
@@ -164,8 +178,11 @@ def run_train(args) -> None:
         raise UserError(str(error)) from None
     if args.vocab_size < 16:
         raise UserError("--vocab-size must be at least 16")
-    out = Path(args.out)
-    if out.exists() and not args.overwrite and not args.resume:  # a resume may find its run had saved `out`
+    from chatbot.cluster import worker_out_dir
+
+    final = Path(args.out)
+    out = worker_out_dir(final, role)  # only the chief writes --out
+    if out == final and out.exists() and not args.overwrite and not args.resume:  # a resume may find it saved
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
     check_writable(out)
     from chatbot.datasets import load_sources
@@ -175,9 +192,15 @@ def run_train(args) -> None:
     from chatbot.train import train
 
     try:
-        train(pairs, config, out, resume=args.resume, overwrite=args.overwrite)
+        train(pairs, config, out, resume=args.resume, overwrite=args.overwrite or out != final, strategy=strategy)
     except VocabularyError as error:
         raise UserError(f"--vocab-size {args.vocab_size}: {error}") from None
+    if out != final:
+        import shutil
+
+        shutil.rmtree(out, ignore_errors=True)
+        print(f"worker {role.index} done: the chief saves the model at its --out")
+        return
     print(f"saved: {out}\ntry it: python -m chatbot chat --model {out}")
 
 

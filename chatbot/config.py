@@ -55,12 +55,14 @@ class TokenizerConfig:
 @dataclass(frozen=True)
 class DataConfig:
     paths: tuple[str, ...] = ()  # the CSV files (or dataset names) the model was trained on
-    val_fraction: float = 0.1  # questions held out to choose the epoch (see TrainConfig.select)
+    # Questions held out to choose the epoch (see TrainConfig.select); None: chosen from the data's size
+    # (chatbot.schedule).
+    val_fraction: float | None = None
     seed: int = 42
 
     def __post_init__(self):
         object.__setattr__(self, "paths", tuple(self.paths))  # JSON gives a list
-        if not 0.0 <= self.val_fraction < 1.0:
+        if self.val_fraction is not None and not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
         _check_seed(self.seed)
 
@@ -115,9 +117,11 @@ SELECTIONS = ("chrf", "loss", "last")
 
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = 50
-    batch_size: int = 64
-    warmup_steps: int = 4000
+    # None: chosen from the data's size by chatbot.schedule.fitted_to_data (explicit values are kept).
+    epochs: int | None = None
+    batch_size: int | None = None
+    warmup_steps: int | None = None
+    repeats: int | None = None  # each training pair this many times an epoch (small data)
     # None: d_model^-0.5 * warmup_steps^-0.5, the paper's peak. A 1e-3 peak after 1,000 steps was tried
     # as the default and answered nearly every question alike after 13-18 epochs (BENCHMARKS.md).
     peak_learning_rate: float | None = None
@@ -134,8 +138,10 @@ class TrainConfig:
     def __post_init__(self):
         if self.select not in SELECTIONS:
             raise ValueError(f"select must be one of {', '.join(SELECTIONS)}, got {self.select!r}")
-        if self.epochs < 1 or self.batch_size < 1 or self.warmup_steps < 1:
-            raise ValueError("epochs, batch_size and warmup_steps must be positive")
+        for name in ("epochs", "batch_size", "warmup_steps", "repeats"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {_short(value)}")
         if self.peak_learning_rate is not None and not 0.0 < self.peak_learning_rate < 1.0:
             raise ValueError(f"peak_learning_rate must be in (0, 1), got {self.peak_learning_rate}")
         if not 0.0 <= self.label_smoothing < 1.0:

@@ -108,7 +108,13 @@ class Chatbot:
         settings, options = self.options(**decoding)
         if not texts:
             return []
-        return [reply.decode("utf-8") for reply in self.decoder.generate(texts, options, settings, tones)[1].numpy()]
+        ids, replies = self.decoder.generate(texts, options, settings, tones)
+        replies = [reply.decode("utf-8") for reply in replies.numpy()]
+        for row, reply_ids in enumerate(ids.numpy().tolist()):
+            cut = runaway_cut(reply_ids)
+            if cut is not None:
+                replies[row] = self.tokenizer.decode([reply_ids[:cut]])[0]
+        return replies
 
     def reply(self, text: str, tone=None, **decoding) -> str:
         return self.reply_batch([text], tone, **decoding)[0]
@@ -126,12 +132,16 @@ class Chatbot:
             return
         step, start, encode = self._streaming(settings)
         state = start(encode(tf.constant([text]), tones))
-        pieces, previous = [], ""
+        pieces, previous, ids = [], "", []
         for _ in range(int(options.steps)):
             state = step(state, options)
             if bool(state.finished[0]):
                 break
-            pieces.append(self.tokenizer.piece_text(int(state.tokens[0, int(state.index)])))
+            ids.append(int(state.tokens[0, int(state.index)]))
+            if len(ids) == self.decoder.max_length and runaway_cut(ids) is not None:
+                yield self.tokenizer.decode([ids[:runaway_cut(ids)]])[0]  # what reply() gives
+                return
+            pieces.append(self.tokenizer.piece_text(ids[-1]))
             current = self.tokenizer.join_pieces(pieces)  # only the new piece is looked up, never the prefix
             if current != previous:
                 previous = current
@@ -176,6 +186,22 @@ class Chatbot:
                 break
             output.append(token)
         return self.tokenizer.decode([output[1:]])[0]
+
+
+def runaway_cut(ids: list[int], copies: int = 3) -> int | None:
+    """Where to cut a reply that ran to its length limit without an end token while repeating itself
+    ("있어요 있어요 있어요 ..."): after the first of the `copies` or more repeats of a block of 1-8 tokens at its
+    end. None for a reply that ended (or is padded) or does not end in such a loop."""
+    if not ids or END_ID in ids or PAD_ID in ids:
+        return None
+    for period in range(1, 9):
+        repeats = 1
+        while (repeats + 1) * period <= len(ids) and \
+                ids[len(ids) - (repeats + 1) * period:len(ids) - repeats * period] == ids[len(ids) - period:]:
+            repeats += 1
+        if repeats >= copies:
+            return len(ids) - (repeats - 1) * period
+    return None
 
 
 def _trim(ids) -> list[list[int]]:

@@ -115,6 +115,33 @@ class Transformer(keras.Model):
         self_cache = ops.stack(layer_caches, axis=1)
         return (logits, self_cache, attention) if return_attention else (logits, self_cache)
 
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        """Keras builds the compiled loss and metrics from a first batch averaged across replicas, which
+        MultiWorkerMirroredStrategy cannot do for integer batches; `train` builds them before `fit`
+        (`build_compiled`), and then there is nothing left to build."""
+        if self._compile_loss is not None and self._compile_loss.built and (
+                self._compile_metrics is None or self._compile_metrics.built):
+            return
+        super()._maybe_symbolic_build(iterator, data_batch)
+
+    def train_step(self, data):
+        return self._for_workers(super().train_step(data))
+
+    def test_step(self, data):
+        return self._for_workers(super().test_step(data))
+
+    def _for_workers(self, logs: dict) -> dict:
+        """Across machines (MultiWorkerMirroredStrategy), Keras averages each worker's logs along axis 0,
+        which a scalar lacks: there, each log is a vector of one."""
+        extended = getattr(getattr(self, "_distribute_strategy", None), "extended", None)
+        if extended is not None and getattr(extended, "_in_multi_worker_mode", lambda: False)():
+            return {name: ops.reshape(value, (1,)) for name, value in logs.items()}
+        return logs
+
+    def build_compiled(self, batch) -> None:
+        """Build the compiled loss and metrics from one (inputs, targets) batch of this process."""
+        self._symbolic_build(data_batch=batch)
+
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "num_layers": self.num_layers,
                 "d_model": self.d_model, "num_heads": self.num_heads, "dff": self.dff,

@@ -29,6 +29,7 @@ from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy, transformer
 from chatbot.model import Transformer
 from chatbot.pipeline import encoder_inputs, fits, make_dataset
 from chatbot.retrieval import NO_TONE, Retriever, index_hash, index_json
+from chatbot.schedule import fitted_to_data, learning_verdict, read_history
 from chatbot.runstate import (BACKUP_DIR, EpochBackup, PromoteFile, clear_leftovers, keep_history, note_crash,
                               prepare_state, state_dir_for)
 from chatbot.tokenizer import Tokenizer
@@ -44,7 +45,9 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
         devices = [d.name for d in tf.config.list_logical_devices("GPU")]
         return tf.distribute.MirroredStrategy(devices or [d.name for d in tf.config.list_logical_devices("CPU")])
     if name == "multi-worker":
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        from chatbot.cluster import multi_worker_strategy
+
+        return multi_worker_strategy()  # works only before this process ran any TensorFlow op
     return tf.distribute.get_strategy()
 
 
@@ -147,8 +150,10 @@ def seed_generators(seed: int) -> None:
 
 
 def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, resume: bool = False,
-          overwrite: bool = False, callbacks=(), verbose: int | str = "auto", log=print) -> Path:
-    """Train on `pairs` and write a model directory at `out_dir`. Returns its path."""
+          overwrite: bool = False, callbacks=(), verbose: int | str = "auto", log=print, strategy=None) -> Path:
+    """Train on `pairs` and write a model directory at `out_dir`. Returns its path. `strategy`: a
+    tf.distribute strategy made earlier (multi-worker: `chatbot.cluster.multi_worker_strategy()` at the
+    start of the process); None: one made from `config.train.strategy`."""
     out_dir = Path(out_dir)
     if clear_leftovers(out_dir) and resume:
         log(f"nothing to resume: {out_dir} had been saved (its run was killed while cleaning up)")
@@ -156,13 +161,15 @@ def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, re
     if out_dir.exists() and not overwrite:
         raise ArtifactError(f"{out_dir} already exists; choose another --out or pass --overwrite")
     seed_generators(config.train.seed)
-    config = context_for(config, pairs)
+    config = context_for(fitted_to_data(config, len(pairs)), pairs)
     train_pairs, val_pairs = split_by_question(pairs, config.data.val_fraction, config.data.seed)
     state = state_dir_for(out_dir)
-    tokenizer = prepare_state(state, config, train_pairs, resume, log)
+    # The vocabulary is learned from every pair: the saved retrieval index holds the validation pairs too,
+    # and a character the tokenizer never saw would vanish from a copied answer.
+    tokenizer = prepare_state(state, config, pairs, resume, log)
     try:
         return _fit_and_save(tokenizer, train_pairs, val_pairs, config, out_dir, overwrite=overwrite,
-                             callbacks=callbacks, verbose=verbose, log=log)
+                             callbacks=callbacks, verbose=verbose, log=log, strategy=strategy)
     except Exception as error:  # a kill leaves no note; a crash does, so the next run can tell them apart
         note_crash(state, error)
         log(f"training stopped by {type(error).__name__}; the run is kept in {state}: pass --resume to continue "
@@ -171,7 +178,7 @@ def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, re
 
 
 def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: list[QAPair], config: ChatbotConfig,
-                  out_dir: Path, *, overwrite: bool, callbacks, verbose, log) -> Path:
+                  out_dir: Path, *, overwrite: bool, callbacks, verbose, log, strategy=None) -> Path:
     """The run itself, once its state directory is ready: fit from the last backup, save, clean up."""
     state = state_dir_for(out_dir)
     config = dataclasses.replace(
@@ -181,14 +188,18 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
 
     # Training and validation questions retrieve from the training pairs only; the saved index holds all.
     retriever = Retriever(train_pairs) if config.context.retrieved else None
-    strategy = make_strategy(config.train.strategy)
+    strategy = strategy or make_strategy(config.train.strategy)
     replicas = strategy.num_replicas_in_sync
-    train_data, too_long = training_batches(tokenizer, train_pairs, config, True, retriever, True, replicas)
+    train_data, too_long = training_batches(tokenizer, train_pairs * config.train.repeats, config, True, retriever,
+                                            True, replicas)
     val_data = (training_batches(tokenizer, val_pairs, config, False, retriever, replicas=replicas)[0]
                 if val_pairs else None)
+    t = config.train
     log(f"split: {len(train_pairs)} train / {len(val_pairs)} validation pairs (by question, seed "
         f"{config.data.seed}); vocabulary {tokenizer.vocab_size} pieces; "
         f"{too_long} training answers longer than {config.model.max_length} tokens skipped")
+    log(f"schedule: {t.epochs} epochs of batch {t.batch_size}, each pair {t.repeats}x an epoch, warmup "
+        f"{t.warmup_steps} steps" + (f", peak learning rate {t.peak_learning_rate:.2g}" if t.peak_learning_rate else ""))
     if config.context.retrieved or config.context.tone:
         k = config.context.retrieved
         retrieved = f" and the answer{'s' if k > 1 else ''} of the {k} nearest training question{'s' if k > 1 else ''}"
@@ -211,6 +222,7 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
         # traces a second time, which cost 4-5 s of every run (batches split evenly across replicas keep
         # MirroredStrategy working with an optimizer built before fit).
         model.optimizer.build(model.trainable_variables)
+        model.build_compiled(next(iter(train_data)))
 
     best_path, staged_best = state / "best.weights.h5", state / "best.staged.weights.h5"
     history_path = state / HISTORY_FILE
@@ -241,6 +253,10 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
     if retriever is not None and val_pairs:
         config = dataclasses.replace(config, rerank=fit_rerank(inference_model, tokenizer, config, retriever,
                                                                 val_pairs, log))
+    verdict = learning_verdict(read_history(history_path))
+    if verdict:
+        log(f"warning: {verdict}")
+    metrics["learned"], metrics["warning"] = not verdict, verdict
     extra = {METRICS_FILE: json.dumps(metrics, indent=2).encode()}
     if config.context.retrieved:
         extra[INDEX_FILE] = index_json(train_pairs + val_pairs)
@@ -282,3 +298,4 @@ def _evaluate(model: Transformer, val_data) -> dict:
     loss, accuracy = model.evaluate(val_data, verbose=0)
     return {"val_loss": float(loss), "val_perplexity": float(math.exp(min(loss, 50.0))),
             "val_masked_accuracy": float(accuracy)}
+

@@ -23,6 +23,7 @@ from pathlib import Path
 from chatbot.artifacts import CONFIG_FILE, ArtifactError, check_model_dir
 from chatbot.config import ChatbotConfig, DataConfig, GenerationConfig, ModelConfig, TokenizerConfig, TrainConfig
 from chatbot.data import DataError, load_pairs
+from chatbot.schedule import fitted_to_data
 
 
 def load_chatbot(model_dir: str | Path, jit_compile: bool = True):
@@ -101,13 +102,12 @@ class ModelShelf:
 
 # -- training in the background --------------------------------------------------------------
 
-# Dropout off: in the few hundred steps of a web-UI run it slowed learning on small CSVs many times
-# over (measured on the bundled set). "base" is the design model with the warmup of models/default.
-# They use the paper's peak (d_model^-0.5 * warmup^-0.5): small models with short warmups learn in seconds.
-TRAINING_SIZES = {  # name: (model, tokenizer vocabulary target, batch size, warmup steps)
-    "tiny": (ModelConfig(num_layers=1, d_model=32, num_heads=2, dff=64, dropout=0.0, max_length=24), 2000, 16, 50),
-    "small": (ModelConfig(num_layers=2, d_model=64, num_heads=4, dff=256, dropout=0.0), 4000, 32, 400),
-    "base": (ModelConfig(dropout=0.0), 4000, 32, 4000),
+# Model sizes a web-UI retrain offers; the schedule (batch, epochs, warmup) is chatbot.schedule's, as for
+# the CLI. Dropout off: in a short run it slowed learning on small CSVs many times over.
+TRAINING_SIZES = {  # name: (model, tokenizer vocabulary target)
+    "tiny": (ModelConfig(num_layers=1, d_model=32, num_heads=2, dff=64, dropout=0.0, max_length=24), 2000),
+    "small": (ModelConfig(num_layers=2, d_model=64, num_heads=4, dff=256, dropout=0.0), 4000),
+    "base": (ModelConfig(dropout=0.0), 4000),
 }
 
 
@@ -130,14 +130,13 @@ def read_training_csv(path: str | None, max_bytes: int):
     return pairs, str(report)
 
 
-def training_config(epochs: int, size: str = "small") -> ChatbotConfig:
-    """The settings a retrain from the web UI uses, by model size."""
+def training_config(epochs: int | None = None, size: str = "base") -> ChatbotConfig:
+    """The settings a retrain from the web UI uses, by model size; epochs 0 or None: fitted to the data."""
     if size not in TRAINING_SIZES:
         raise ValueError(f"모델 크기는 {', '.join(TRAINING_SIZES)} 중 하나여야 해요 (받은 값: {size!r})")
-    model, vocab_size, batch_size, warmup_steps = TRAINING_SIZES[size]
+    model, vocab_size = TRAINING_SIZES[size]
     return ChatbotConfig(model=model, tokenizer=TokenizerConfig(vocab_size=vocab_size), data=DataConfig(),
-                         train=TrainConfig(epochs=max(1, int(epochs)), batch_size=batch_size,
-                                           warmup_steps=warmup_steps, peak_learning_rate=None))
+                         train=TrainConfig(epochs=int(epochs) if epochs else None))
 
 
 def unique_model_dir(root: Path, stem: str) -> Path:
@@ -209,6 +208,7 @@ class BackgroundTrainer:
         if not self._lock.acquire(blocking=False):
             return None
         try:
+            config = fitted_to_data(config, len(pairs))  # as `train` would: the job knows its epochs
             job = TrainingJob(unique_model_dir(self.root, stem), config.train.epochs)
             threading.Thread(target=self._run, args=(job, pairs, config), daemon=True,
                              name=f"train-{job.out_dir.name}").start()

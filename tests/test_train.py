@@ -1,4 +1,5 @@
 import csv
+import dataclasses
 import json
 import os
 import subprocess
@@ -91,3 +92,29 @@ def test_same_seed_same_model_and_loaded_tokenizers_survive_training(tmp_path, t
     first, second = (load_model_dir(run)[2].get_weights() for run in runs)
     assert all(np.array_equal(x, y) for x, y in zip(first, second))
     assert tiny_bot.reply("배고파") == before  # training did not drop this model's tokenizer
+
+
+@pytest.mark.slow  # a short training run
+def test_a_run_that_did_not_learn_says_so_and_keeps_every_character_and_never_runs_away(tmp_path):
+    """A run cut to a few steps at a tiny learning rate: `train` says in one line that it did not learn and
+    metrics.json records it. Its vocabulary holds every character of every pair, validation pairs included
+    (a rare one lives only there), and its replies never loop to their length limit."""
+    from chatbot.generate import Chatbot, runaway_cut
+
+    rare = [("쀍 뷁 있어요?", "쀍과 뷁은 드문 글자예요.", 0)]
+    pairs = [*load_pairs(write_csv(tmp_path / "d.csv", TINY_PAIRS + rare))[0]]
+    config = tiny_config(epochs=2)
+    config = dataclasses.replace(config, data=dataclasses.replace(config.data, val_fraction=0.5),
+                                 train=dataclasses.replace(config.train, warmup_steps=100000, repeats=1))
+    lines = []
+    out = train(pairs, config, tmp_path / "m", verbose=0, log=lines.append)
+    warnings = [line for line in lines if line.startswith("warning:")]
+    assert len(warnings) == 1 and "did not learn" in warnings[0]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["learned"] is False and "did not learn" in metrics["warning"]
+
+    bot = Chatbot.load(out, jit_compile=False)
+    texts = [p.answer for p in pairs] + [p.question for p in pairs]
+    assert bot.tokenizer.decode(bot.tokenizer.encode(texts)) == texts
+    for reply in bot.reply_batch([p.question for p in pairs], candidates=0):
+        assert runaway_cut(bot.tokenizer.encode([reply])[0]) is None

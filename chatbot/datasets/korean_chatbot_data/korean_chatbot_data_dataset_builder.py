@@ -23,6 +23,7 @@ import tensorflow_datasets as tfds
 from chatbot.config import DataConfig
 from chatbot.data import DataError, clean_rows, read_rows, split_by_question
 from chatbot.download import CHATBOT_DATA_URL
+from chatbot.schedule import VAL_FRACTION
 
 FILE_NAME = "ChatbotData.csv"
 LABEL_NAMES = ("everyday", "sad", "love")  # the CSV's 0, 1, 2
@@ -70,7 +71,7 @@ class KoreanChatbotData(tfds.core.GeneratorBasedBuilder):
         pairs, report = clean_rows(path, rows, encoding, keep_duplicates=True)
         dropped = set(report.dropped_empty)
         examples = list(zip((row[0] for row in rows if row[0] not in dropped), pairs))
-        data = DataConfig()
+        data = DataConfig(val_fraction=VAL_FRACTION)  # what `train` holds out of 1,000 pairs or more
         _, held_out = split_by_question(pairs, data.val_fraction, data.seed)
         held_out = {pair.question for pair in held_out}
         return {

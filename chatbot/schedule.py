@@ -1,0 +1,69 @@
+"""The training schedule chosen from the size of the data, and the verdict on whether a run learned.
+
+Owns: `fitted_to_data`, the one rule that fills every training setting left unset (`None`): batch size,
+how often each pair repeats within an epoch, epochs, warmup, peak learning rate and the validation share.
+The CLI, the Python API and the web app's retrain tab all leave these unset unless the user sets them, so
+one file trains the same way from each. Also `learning_verdict`, the one-line warning for a run that did not
+learn. Must not import TensorFlow.
+
+Why a rule: the transformer schedule (4,000 warmup steps) suits ten thousand pairs at 64 a batch, but on a
+40-row FAQ an epoch is one step, and 50 epochs never leave the warmup.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+from pathlib import Path
+
+from chatbot.config import ChatbotConfig
+
+MIN_STEPS_PER_EPOCH = 50  # small data repeats within an epoch, so epochs (and their checkpoints) stay few
+VAL_FRACTION = 0.1  # questions held out to choose the epoch
+SMALL_DATA_PAIRS = 1000  # below this every pair trains: a held-out question of an FAQ is a fact never learned
+FULL_WARMUP_STEPS = 4000  # the paper's warmup, measured best on ChatbotData (BENCHMARKS.md)
+NOT_LEARNED_LOSS_SHARE = 0.75  # a last epoch's loss above this share of the first epoch's: it did not learn
+ONE_REPLY_SHARE = 0.2  # distinct validation replies below this share: one sentence for everything
+
+
+def fitted_to_data(config: ChatbotConfig, pairs: int) -> ChatbotConfig:
+    """`config` with every unset training setting chosen for `pairs` training pairs (explicit ones kept)."""
+    data, train = config.data, config.train
+    val_fraction = data.val_fraction if data.val_fraction is not None else (VAL_FRACTION if pairs >= SMALL_DATA_PAIRS else 0.0)
+    train_pairs = max(1, round(pairs * (1 - val_fraction)))
+    batch_size = train.batch_size or (64 if train_pairs >= 2000 else 32 if train_pairs >= 500 else 16)
+    repeats = train.repeats or max(1, math.ceil(MIN_STEPS_PER_EPOCH * batch_size / train_pairs))
+    epochs = train.epochs or (50 if train_pairs >= 2000 else 40)
+    total_steps = epochs * math.ceil(train_pairs * repeats / batch_size)
+    warmup = train.warmup_steps or (FULL_WARMUP_STEPS if total_steps >= 2.5 * FULL_WARMUP_STEPS
+                                    else max(50, total_steps // 5))
+    peak = train.peak_learning_rate
+    if peak is None and warmup < FULL_WARMUP_STEPS:  # a short warmup must not raise the peak (the encoder collapsed)
+        peak = config.model.d_model ** -0.5 * FULL_WARMUP_STEPS ** -0.5
+    return dataclasses.replace(
+        config, data=dataclasses.replace(data, val_fraction=val_fraction),
+        train=dataclasses.replace(train, batch_size=batch_size, repeats=repeats, epochs=epochs, warmup_steps=warmup,
+                                  peak_learning_rate=peak))
+
+
+def learning_verdict(history: list[dict]) -> str:
+    """"" when the epochs in `history` (rows of `loss` and maybe `val_unique`) show learning; else one line
+    saying what went wrong and what to try."""
+    losses = [float(row["loss"]) for row in history if row.get("loss") not in (None, "")]
+    if len(losses) >= 2 and losses[-1] > NOT_LEARNED_LOSS_SHARE * losses[0]:
+        return (f"the model did not learn: training loss {losses[0]:.2f} -> {losses[-1]:.2f}; try more --epochs, "
+                f"or leave --batch-size and --warmup-steps unset so they fit the data")
+    unique = [float(row["val_unique"]) for row in history if row.get("val_unique") not in (None, "")]
+    if unique and max(unique) < ONE_REPLY_SHARE:
+        return (f"the model gives nearly one reply for everything: at most {max(unique):.0%} distinct replies to "
+                f"the validation questions; try more data or more --epochs")
+    return ""
+
+
+def read_history(path: Path) -> list[dict]:
+    """The epochs' rows of a run's history.csv (none if it has none)."""
+    if not path.is_file():
+        return []
+    with open(path, newline="", encoding="utf-8") as file:
+        return list(csv.DictReader(file))

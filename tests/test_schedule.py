@@ -1,0 +1,47 @@
+"""The training schedule fitted to the data's size, and the verdict on a run that did not learn."""
+
+import dataclasses
+
+import pytest
+
+from chatbot.config import ChatbotConfig, DataConfig, TrainConfig
+from chatbot.schedule import MIN_STEPS_PER_EPOCH, fitted_to_data, learning_verdict
+
+
+def test_a_small_faq_gets_steps_enough_and_keeps_every_row_for_training():
+    config = fitted_to_data(ChatbotConfig(), 40)
+    train = config.train
+    assert config.data.val_fraction == 0.0  # a held-out question of an FAQ is a fact never learned
+    assert train.batch_size == 16 and train.repeats * 40 >= MIN_STEPS_PER_EPOCH * train.batch_size
+    steps = train.epochs * -(-40 * train.repeats // train.batch_size)
+    assert steps >= 1500 and train.warmup_steps <= steps / 4  # the learning rate peaks early in the run
+    assert train.peak_learning_rate <= 128 ** -0.5 * 4000 ** -0.5 + 1e-12  # no higher than the full schedule's
+
+
+def test_large_data_keeps_the_measured_transformer_schedule():
+    config = fitted_to_data(ChatbotConfig(), 28000)
+    assert config.data.val_fraction == 0.1
+    assert dataclasses.astuple(config.train)[:4] == (50, 64, 4000, 1)
+    assert config.train.peak_learning_rate is None  # the paper's d_model^-0.5 * warmup^-0.5
+
+
+def test_explicit_settings_win_and_fitting_twice_changes_nothing():
+    given = ChatbotConfig(data=DataConfig(val_fraction=0.2),
+                          train=TrainConfig(epochs=3, batch_size=8, warmup_steps=10, repeats=2))
+    fitted = fitted_to_data(given, 40)
+    assert (fitted.data.val_fraction, fitted.train.epochs, fitted.train.batch_size, fitted.train.warmup_steps,
+            fitted.train.repeats) == (0.2, 3, 8, 10, 2)
+    assert fitted_to_data(fitted, 40) == fitted
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, True])
+def test_schedule_settings_must_be_positive_integers(value):
+    with pytest.raises(ValueError, match="positive integer"):
+        TrainConfig(repeats=value)
+
+
+def test_a_flat_loss_or_one_reply_for_everything_is_reported():
+    assert "did not learn" in learning_verdict([{"loss": "4.9"}, {"loss": "4.8"}])
+    assert "one reply" in learning_verdict([{"loss": "4.9", "val_unique": "0.05"}, {"loss": "1.0", "val_unique": "0.1"}])
+    assert learning_verdict([{"loss": "4.9", "val_unique": "0.3"}, {"loss": "1.2", "val_unique": "0.9"}]) == ""
+    assert learning_verdict([]) == ""
