@@ -19,8 +19,10 @@ import gradio as gr
 
 from chatbot.artifacts import ArtifactError
 from chatbot.config import GenerationConfig
+from chatbot.controls import CONTROLS, DECODING_OPTIONS, DEFAULTS, TONE_CHOICES
 from chatbot.plots import attention_figure, draw, korean_font
 from chatbot.serving import ReplyBatcher
+from chatbot.startup import import_tensorflow_quietly
 from chatbot.workspace import (BackgroundTrainer, ModelShelf, clip_question, load_chatbot, model_summary,
                                read_training_csv, training_config, typed_chat_function, warm_up_in_background)
 
@@ -28,7 +30,7 @@ APP_DIR = Path(__file__).resolve().parent
 MODELS_ROOT = APP_DIR / "models"
 DEFAULT_MODEL = MODELS_ROOT / "default"
 
-MAX_QUESTION_CHARS = 200
+CHAT_CLIP_CHARS = 200  # the chat cuts longer questions (the model refuses over config.CHAT_CLIP_CHARS)
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 CHAT_CONCURRENCY = 4  # streamed replies computed at once; the rest wait in the queue, in order
 QUEUE_SIZE = 64
@@ -37,34 +39,15 @@ POLL_SECONDS = 0.5  # how often the retrain tab refreshes its progress
 EXAMPLES = ["안녕하세요", "오늘 너무 피곤해", "헤어지고 밥이 안 넘어가", "표창 받았어", "주말에 뭐 하지?"]
 EMPTY_REPLY = "질문을 입력해 주세요. 무엇이든 편하게 물어보세요!"
 BUSY_MESSAGE = "다른 학습이 진행 중이에요. 그 학습이 끝난 뒤에 다시 시도해 주세요."
-TONE_CHOICES = [("지정 안 함", ""), ("일상", "everyday"), ("위로", "sad"), ("설렘", "love")]
 SIZE_CHOICES = [("아주 작게 (시험용, 몇 초)", "tiny"), ("작게 (CPU에서 몇 분)", "small"), ("기본 (설계값, 명령줄 train과 같음)", "base")]
 # For demo.launch(); the handlers check sizes too. show_error: what Gradio itself refuses says why.
 LAUNCH_OPTIONS = {"max_file_size": MAX_UPLOAD_BYTES, "show_error": True}
 
-# The decoding options are GenerationConfig's fields, in its order: the settings panel and `/chat` follow them.
-DEFAULTS = GenerationConfig()
-DECODING_OPTIONS = tuple(field.name for field in dataclasses.fields(GenerationConfig))
-CONTROLS = {  # a control per option (its label is the UI's business): name -> factory(default)
-    "strategy": lambda d: gr.Radio([("탐욕 (greedy)", "greedy"), ("빔 서치 (beam)", "beam"),
-                                    ("샘플링 (sample)", "sample")], value=d, label="디코딩 방식"),
-    "max_new_tokens": lambda d: gr.Slider(1, 100, value=d, step=1, label="최대 길이 (토큰)"),
-    "num_beams": lambda d: gr.Slider(1, 8, value=d, step=1, label="빔 너비 (빔 서치)"),
-    "length_penalty": lambda d: gr.Slider(0.0, 2.0, value=d, step=0.1, label="길이 보정 (빔 서치, 클수록 긴 답)"),
-    "agreement": lambda d: gr.Slider(0.0, 10.0, value=d, step=0.5, label="검색 답변과의 일치 가중치 (빔 서치)"),
-    "candidates": lambda d: gr.Slider(0, 16, value=d, step=1, label="함께 견줄 검색 답변 수 (0 = 모델 답만)"),
-    "temperature": lambda d: gr.Slider(0.1, 3.0, value=d, step=0.05, label="온도 (샘플링)"),
-    "top_k": lambda d: gr.Slider(0, 100, value=d, step=1, label="top-k (0 = 끔)"),
-    "top_p": lambda d: gr.Slider(0.05, 1.0, value=d, step=0.05, label="top-p (1 = 끔)"),
-    "repetition_penalty": lambda d: gr.Slider(1.0, 2.0, value=d, step=0.05, label="반복 억제"),
-    "no_repeat_ngram_size": lambda d: gr.Slider(0, 5, value=d, step=1, label="반복 금지 n-그램 (0 = 끔)"),
-    "seed": lambda d: gr.Number(value=-1, precision=0, minimum=-1, label="시드 (-1 = 매번 무작위)"),
-}
 
 
 def question_of(text: str | None) -> str:
     """The question as the model will see it (`clip_question`), telling the user when it was cut."""
-    question, notice = clip_question(text, MAX_QUESTION_CHARS)
+    question, notice = clip_question(text, CHAT_CLIP_CHARS)
     if notice:
         gr.Warning(notice)
     return question
@@ -143,10 +126,13 @@ class ChatApp:
             return
         options = {**decoding_options(dict(zip(DECODING_OPTIONS, settings))), "tone": tone or None}
         history += [{"role": "user", "content": as_text(question)}, {"role": "assistant", "content": ""}]
-        reply = ""
-        for reply in self.model(model_name, options).stream(question, **options):
+        reply, bot = "", self.model(model_name, options)
+        for reply in bot.stream(question, **options):
             history[-1] = {"role": "assistant", "content": as_text(reply)}
             yield history, "", gr.skip()
+        source = bot.provenance(question, reply)  # a learner sees what the model copied and what it wrote
+        if source["copied"]:
+            history[-1]["content"] += as_text(f"\n(학습 데이터의 답과 같음 · 비슷한 질문: {source['source_question']})")
         yield history, "", (question, reply)
 
     def models(self) -> list[str]:
@@ -218,7 +204,7 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT) -> gr.Blocks:
                                          feedback_options=None, buttons=["copy"], elem_id="chat")
                     with gr.Row():
                         message = gr.Textbox(show_label=False, scale=5, elem_id="question",
-                                             placeholder=f"질문을 입력하고 Enter를 누르세요 (최대 {MAX_QUESTION_CHARS}자)")
+                                             placeholder=f"질문을 입력하고 Enter를 누르세요 (최대 {CHAT_CLIP_CHARS}자)")
                         send = gr.Button("보내기", variant="primary", scale=1)
                     gr.Examples(EXAMPLES, inputs=message, label="예시 질문")
                     gr.ClearButton([chatbot, message], value="대화 지우기")
@@ -295,7 +281,7 @@ def main(argv=None) -> None:
     parser.add_argument("--no-warm-up", action="store_true", help="compile each batch shape when first asked")
     parser.add_argument("--no-xla", action="store_true", help="decode as a plain graph: no compiling, slower replies")
     args = parser.parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out of the way
+    import_tensorflow_quietly()
     try:
         bot = load_chatbot(args.model, jit_compile=not args.no_xla)
     except ArtifactError as error:

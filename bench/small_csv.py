@@ -34,6 +34,7 @@ def main(argv=None) -> int:
     from chatbot.generate import Chatbot
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="small-csv-"))
+    root.mkdir(parents=True, exist_ok=True)
     print("| example | rows | train time | training questions (default) | paraphrases (default) | "
           "training questions (own reply) | paraphrases (own reply) | learned |")
     print("|---|---|---|---|---|---|---|---|")

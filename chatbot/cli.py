@@ -20,6 +20,7 @@ from chatbot.config import (MAX_RETRIEVED, SELECTIONS, STRATEGIES, TONES, Chatbo
                             GenerationConfig, ModelConfig, TokenizerConfig, TrainConfig, __version__)
 from chatbot.data import DataError
 from chatbot.schedule import MIN_STEPS_PER_EPOCH
+from chatbot.startup import import_tensorflow_quietly
 from chatbot.download import DownloadError, download_chatbot_data
 from chatbot.terminal import UserError
 
@@ -247,8 +248,9 @@ def run_download(args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter out of the way
     try:
+        if args.command in ("train", "chat", "eval", "export"):
+            import_tensorflow_quietly(find_devices=getattr(args, "strategy", "") != "multi-worker")
         args.handler(args)
     except (UserError, DataError, ArtifactError, DownloadError) as error:
         print(f"error: {error}", file=sys.stderr)

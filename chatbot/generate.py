@@ -40,6 +40,7 @@ class Chatbot:
         self._start = tf.function(self.decoder.start, autograph=False)
         self._encode = tf.function(self.decoder.encode_texts, autograph=False)
         self._seeds = random.Random()  # its own: code that reseeds Python's `random` (training) leaves it alone
+        self._answer_rows = None  # training answer -> its rows in the retrieval index, built on first `provenance`
 
     @classmethod
     def load(cls, path: str | Path, jit_compile: bool = True) -> "Chatbot":
@@ -116,8 +117,29 @@ class Chatbot:
                 replies[row] = self.tokenizer.decode([reply_ids[:cut]])[0]
         return replies
 
-    def reply(self, text: str, tone=None, **decoding) -> str:
-        return self.reply_batch([text], tone, **decoding)[0]
+    def reply(self, text: str, tone=None, details: bool = False, **decoding):
+        """The reply as a string; with `details`, a dict that also says where it came from (`provenance`)."""
+        reply = self.reply_batch([text], tone, **decoding)[0]
+        return self.provenance(text, reply) if details else reply
+
+    def provenance(self, text: str, reply: str) -> dict:
+        """`reply`; `copied`: whether it is exactly a training answer; `source_question`: then the training
+        question with that answer nearest to `text`; `nearest_question`: the training question nearest to
+        `text` (what retrieval would answer with its answer). A learner sees what the model wrote itself."""
+        result = {"reply": reply, "copied": False, "source_question": None, "nearest_question": None}
+        if self.retriever is None:
+            return result
+        if self._answer_rows is None:
+            self._answer_rows = {}
+            for row, pair in enumerate(self.retriever.pairs):
+                self._answer_rows.setdefault(pair.answer, []).append(row)
+        similarity = self.retriever.similarity(tf.constant([text]))[0].numpy()
+        result["nearest_question"] = self.retriever.pairs[int(similarity.argmax())].question
+        rows = self._answer_rows.get(reply)
+        if rows:
+            best = max(rows, key=lambda row: similarity[row])
+            result.update(copied=True, source_question=self.retriever.pairs[best].question)
+        return result
 
     def stream(self, text: str, tone=None, **decoding) -> Iterator[str]:
         """Yield the growing reply, one token at a time (each step is one compiled call)."""

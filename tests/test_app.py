@@ -154,7 +154,7 @@ def test_the_model_pickers_value_is_escaped_in_the_error(bot, models_root):
 def test_a_question_over_the_apis_cap_is_clipped_to_the_apps_own(bot, models_root):
     from chatbot.config import MAX_QUESTION_CHARS
 
-    assert app.MAX_QUESTION_CHARS <= MAX_QUESTION_CHARS
+    assert app.CHAT_CLIP_CHARS <= MAX_QUESTION_CHARS
     assert HANGUL.search(app.ChatApp(bot, models_root).chat("배고파" * 2000))
 
 
@@ -262,6 +262,7 @@ def test_chat_streams_a_growing_reply_and_shows_text_not_html(bot, models_root):
     assert history[0] == {"role": "user", "content": "&lt;b&gt;배고파&lt;/b&gt;"}
     assert textbox == "" and last_exchange[0] == "<b>배고파</b>"
     assert HANGUL.search(replies[-1])
+    assert replies[-1].endswith("(학습 데이터의 답과 같음 · 비슷한 질문: 배고파)")  # the tiny model copies its answer
 
 
 # -- the command line --------------------------------------------------------------------------
@@ -269,7 +270,7 @@ def test_chat_streams_a_growing_reply_and_shows_text_not_html(bot, models_root):
 def test_long_question_is_cut_and_still_answered(bot, models_root):
     ui = app.ChatApp(bot, models_root)
     long = "배고파" + "요" * 500
-    assert ui.chat(long) == ui.chat(long[:app.MAX_QUESTION_CHARS])
+    assert ui.chat(long) == ui.chat(long[:app.CHAT_CLIP_CHARS])
 
 
 def test_missing_or_broken_model_dir_exits_2_with_one_error_line(tmp_path, capsys, models_root):

@@ -81,7 +81,7 @@ def test_atomic_write_leaves_the_old_file_when_it_fails(tmp_path):
     assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["file.txt"]
 
 
-# -- issue 14, item 8: what a kill leaves beside a model directory ------------------------------
+# -- what a kill leaves beside a model directory ------------------------------
 
 def dead_pid():
     process = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -89,11 +89,11 @@ def test_question_gets_a_streamed_reply_shown_as_text(page, url, tmp_path):
     page.evaluate(WATCH_REPLIES)
     ask(page, "배고파")
     bots = page.locator('#chat [data-testid="bot"]')
-    expect(bots.last).to_have_text(expected)
+    expect(bots.last).to_contain_text("비슷한 질문: 배고파")  # the note that the tiny model copied its answer
     expect(page.locator('#chat [data-testid="user"]').last).to_have_text("배고파")
     seen = page.evaluate("window.seenReplies")
-    assert len(seen) >= 2 and seen[-1] == expected, seen  # it grew in steps, not all at once
-    assert all(expected.startswith(partial.rstrip()) for partial in seen), seen
+    assert len(seen) >= 2 and seen[-1].startswith(expected), seen  # it grew in steps, not all at once
+    assert all(seen[-1].startswith(partial.rstrip()) for partial in seen), seen
 
     ask(page, "<b>굵게</b> <img src=x>")
     expect(bots).to_have_count(2)

@@ -93,7 +93,7 @@ def _edit_config(directory, **sections):
     (directory / "config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
-HOSTILE_MODELS = {  # issue 14, item 6: model directories that must give one error line, never a traceback
+HOSTILE_MODELS = {  # model directories that must give one error line, never a traceback
     "model.keras a folder": lambda m: ((m / "model.keras").unlink(), (m / "model.keras").mkdir()),
     "model.keras empty": lambda m: (m / "model.keras").write_bytes(b""),
     "model.keras a zip of nothing": lambda m: (m / "model.keras").write_bytes(b"PK\x05\x06" + bytes(18)),
@@ -170,7 +170,7 @@ def test_train_reads_several_csvs_with_a_report_each_and_a_total(tmp_path, capsy
     assert out.count("data: ") == 2 and "total: 3 pairs from 2 files (1 pairs repeated" in out
 
 
-# -- issue 14, item 6: every hostile input below is one `error:` line and status 2, never a traceback --
+# -- every hostile input below is one `error:` line and status 2, never a traceback --
 
 def train_args(tmp_path, *extra, out=None):
     csv = write_csv(tmp_path / "ok.csv", TINY_PAIRS)

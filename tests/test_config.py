@@ -77,10 +77,10 @@ def test_a_config_written_for_one_data_file_still_reads():
     assert ChatbotConfig.from_json(legacy).data.paths == ("data/korean_chat.csv",)
 
 
-# -- issue 14: every bound on a decoding option lives in GenerationConfig ------------------------
+# -- every bound on a decoding option lives in GenerationConfig ------------------------
 
 NAN, INF = float("nan"), float("inf")
-OUT_OF_BOUNDS = [  # (option, value) pairs the fuzzing of issue 14 found accepted
+OUT_OF_BOUNDS = [  # (option, value) pairs that fuzzing once found accepted
     *[(name, value) for name in ("seed", "max_new_tokens", "top_k") for value in (2**31, 2**63, 10**30)],
     ("seed", -2**31 - 1), ("num_beams", 9), ("num_beams", 1000), ("num_beams", 0),
     *[(name, value) for name in ("temperature", "top_p", "repetition_penalty", "length_penalty")

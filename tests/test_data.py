@@ -99,7 +99,7 @@ def test_public_chatbot_data_loads_with_its_odd_label():
     assert report.labels_cleared == []
 
 
-# -- issue 14, item 5: CSV reading ----------------------------------------------------------------
+# -- CSV reading ----------------------------------------------------------------
 
 def test_an_extra_field_in_the_first_data_row_is_refused_not_shifted(tmp_path):
     path = tmp_path / "extra.csv"

@@ -136,7 +136,7 @@ def test_bad_decoding_options_are_rejected(tiny_bot):
         tiny_bot.reply("안녕", top_p=0.0)
 
 
-# -- issue 14: bounds are checked before any compiled call; a refused request leaves nothing behind --
+# -- bounds are checked before any compiled call; a refused request leaves nothing behind --
 
 @pytest.mark.parametrize("bad", [dict(seed=2**31), dict(max_new_tokens=2**31), dict(top_k=2**31), dict(num_beams=9),
                                  dict(num_beams=10**400), dict(seed=10**400), dict(temperature=float("nan")), dict(top_p=float("inf")),
@@ -241,3 +241,12 @@ def test_sweeping_valid_static_options_keeps_memory_bounded(tiny_model_dir):
     assert max(measured["kept"]) <= COMPILED_KEPT
     per_function = (rss[10] - rss[0]) / 10  # while the cache fills
     assert rss[-1] - rss[10] < 0.6 * per_function * (len(rss) - 11)  # about 1.0 when every one is kept
+
+
+def test_details_say_when_a_reply_is_a_training_answer_and_which_question_it_answered(tiny_bot):
+    copied = tiny_bot.reply("배고파", details=True)
+    assert copied == {"reply": "맛있는 거 드세요.", "copied": True, "source_question": "배고파",
+                      "nearest_question": "배고파"}
+    written = tiny_bot.reply("배고파", details=True, max_new_tokens=1, candidates=0)  # cut short: no training answer
+    assert written["copied"] is False and written["source_question"] is None
+    assert written["nearest_question"] == "배고파"

@@ -1,8 +1,8 @@
-"""Property tests (hypothesis) for issue 14: over arbitrary Unicode and arbitrary option values, the
+"""Property tests (hypothesis) of the reliability limits: over arbitrary Unicode and arbitrary option values, the
 text cleaner, the CSV loader, GenerationConfig, the tokenizer and `Chatbot.reply` give a result or
 their one clear error, never another exception. The quick lane runs a few hundred examples (fifty
 for `Chatbot.reply`, whose new option combinations each trace a decoder); the slow lane 500 each, or
-as many as CHATBOT_PROPERTY_EXAMPLES says (issue 14's thorough run: CHATBOT_PROPERTY_EXAMPLES=2000)."""
+as many as CHATBOT_PROPERTY_EXAMPLES says (a thorough run: CHATBOT_PROPERTY_EXAMPLES=2000)."""
 
 import csv
 import io

@@ -1,4 +1,4 @@
-"""The state of an unfinished run (issue 14, item 8): after a crash or a kill, the next `train` or
+"""The state of an unfinished run: after a crash or a kill, the next `train` or
 `train --resume` goes on or says exactly what to do, history.csv keeps every epoch once, and no
 model or temporary is left half-made. The SIGKILL tests kill a real `python -m chatbot train`."""
 

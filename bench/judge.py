@@ -1,0 +1,114 @@
+"""A blind judgment of replies to new messages (SSA, Adiwardana et al. 2020), in two steps.
+
+`write` answers every message of a probe file (default `bench/probes.txt`: everyday messages in no training
+file) with several systems, and writes one sheet in which each message's replies are shuffled and carry no
+system name, plus a key that says which system wrote which row. A judge who sees only the sheet marks each
+row `sensible` (fluent, on topic, fits what was said: 1 or 0) and, only if sensible, `specific` (would not fit
+almost any message: 1 or 0). `score` reads the marked sheet with the key and prints, per system, the sensible
+rate, the specific rate and SSA (their mean).
+
+    python bench/judge.py write --model models/default --system default= --system own=candidates=0 \\
+        --system beam=strategy=beam,num_beams=8,agreement=4,candidates=0 --lookup --out judge/
+    python bench/judge.py score --sheet judge/sheet.csv --key judge/key.json
+
+A system is `NAME=DECODING` (decoding as in bench/decoding.py: `name=value,...`; empty: the defaults), for the
+model of the last `--model` before it; `--lookup` adds the answer of the nearest training question.
+"""
+
+import argparse
+import csv
+import json
+import random
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from common import ROOT, parse_decode
+
+PROBES = ROOT / "bench" / "probes.txt"
+
+
+def replies_of_systems(args) -> dict[str, list[str]]:
+    from chatbot.generate import Chatbot
+
+    messages = [line.strip() for line in open(args.probes, encoding="utf-8") if line.strip()]
+    systems, bot, label = {"messages": messages}, None, ""
+    for kind, value in args.steps:
+        if kind == "model":
+            bot, label = Chatbot.load(value, jit_compile=False), Path(value).name
+        elif kind == "lookup":
+            systems[f"{label}:lookup"] = [a.decode() for a in bot.retriever.nearest(messages, 1).numpy()[:, 0]]
+        else:
+            name, _, decoding = value.partition("=")
+            systems[f"{label}:{name}"] = bot.reply_batch(messages, **parse_decode(decoding))
+    return systems
+
+
+def write(args) -> None:
+    systems = replies_of_systems(args)
+    messages = systems.pop("messages")
+    rows, key = [], {}
+    shuffle = random.Random(args.seed)
+    for index, message in enumerate(messages):
+        entries = [(name, replies[index]) for name, replies in systems.items()]
+        shuffle.shuffle(entries)
+        for name, reply in entries:
+            row_id = f"{index + 1:03d}-{len(rows) % 97:02d}{shuffle.randrange(100):02d}"
+            key[row_id] = name
+            rows.append({"id": row_id, "message": message, "reply": reply, "sensible": "", "specific": ""})
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "sheet.csv", "w", newline="", encoding="utf-8") as file:
+        writer = csv.DictWriter(file, ["id", "message", "reply", "sensible", "specific"], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / "key.json").write_text(json.dumps(key, ensure_ascii=False, indent=1), encoding="utf-8")
+    print(f"{len(rows)} rows ({len(messages)} messages x {len(systems)} systems): {out / 'sheet.csv'}; "
+          f"key: {out / 'key.json'} (keep it from the judge)")
+
+
+def score(args) -> None:
+    key = json.loads(Path(args.key).read_text(encoding="utf-8"))
+    marks = defaultdict(lambda: [0, 0, 0])  # rows, sensible, specific
+    with open(args.sheet, newline="", encoding="utf-8") as file:
+        for row in csv.DictReader(file):
+            sensible = row["sensible"].strip() == "1"
+            counts = marks[key[row["id"]]]
+            counts[0] += 1
+            counts[1] += sensible
+            counts[2] += sensible and row["specific"].strip() == "1"
+    print("| system | replies | sensible | specific | SSA |\n|---|---|---|---|---|")
+    for name, (rows, sensible, specific) in sorted(marks.items(), key=lambda item: -item[1][1]):
+        print(f"| {name} | {rows} | {sensible / rows:.0%} | {specific / rows:.0%} | "
+              f"{(sensible + specific) / (2 * rows):.0%} |")
+
+
+class Step(argparse.Action):
+    """Keeps --model, --system and --lookup in the order given."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        namespace.steps.append((self.dest, value))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    writing = commands.add_parser("write", help="answer the probes with every system; write sheet and key")
+    writing.set_defaults(steps=[], run=write)
+    writing.add_argument("--model", action=Step, dest="model", required=True)
+    writing.add_argument("--system", action=Step, dest="system", metavar="NAME=DECODING")
+    writing.add_argument("--lookup", action=Step, dest="lookup", nargs=0)
+    writing.add_argument("--probes", default=str(PROBES))
+    writing.add_argument("--out", required=True)
+    writing.add_argument("--seed", type=int, default=0)
+    scoring = commands.add_parser("score", help="SSA per system from a marked sheet and its key")
+    scoring.set_defaults(run=score)
+    scoring.add_argument("--sheet", required=True)
+    scoring.add_argument("--key", required=True)
+    args = parser.parse_args(argv)
+    args.run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
