@@ -219,3 +219,21 @@ class ReplyQualityCheckpoint(keras.callbacks.Callback):
         if score > self.best:
             self.best = score
             self.model.save_weights(self.weights_path)
+
+
+def fit_rerank(bot, val_pairs, log=print):
+    """`fit_rerank_weights` for a freshly trained `bot` on a sample of its validation pairs (retrieving from
+    the training pairs only, as in training), logged."""
+    sample = validation_sample(val_pairs)
+    weights, chrf = fit_rerank_weights(bot, [p.question for p in sample], [p.answer for p in sample])
+    log(f"reranking weights fitted on {len(sample)} validation questions: likelihood {weights.likelihood:g}, "
+        f"retrieval score {weights.similarity:g}, consensus {weights.consensus:g} (validation chrF {chrf:.2f})")
+    return weights
+
+
+def reply_variety(bot, pairs, count: int = 64) -> tuple[int, int]:
+    """(distinct replies the model writes itself, distinct answers) for the first `count` of `pairs`: a model
+    whose encoder collapsed gives one reply for all, however low its teacher-forced loss."""
+    sample = pairs[:count]
+    replies = bot.reply_batch([p.question for p in sample], candidates=0) if sample else []
+    return len(set(replies)), len({p.answer for p in sample})

@@ -23,6 +23,9 @@ MIN_STEPS_PER_EPOCH = 50  # small data repeats within an epoch, so epochs (and t
 VAL_FRACTION = 0.1  # questions held out to choose the epoch
 SMALL_DATA_PAIRS = 1000  # below this every pair trains: a held-out question of an FAQ is a fact never learned
 FULL_WARMUP_STEPS = 4000  # the paper's warmup, measured best on ChatbotData (BENCHMARKS.md)
+# On a 40-row FAQ a 1.4e-3 peak (the full schedule's) made the encoder collapse: one reply for every question,
+# at 95% teacher-forced accuracy; 5e-4 answered every training question with its own answer (BENCHMARKS.md).
+SHORT_RUN_PEAK = 5e-4
 NOT_LEARNED_LOSS_SHARE = 0.75  # a last epoch's loss above this share of the first epoch's: it did not learn
 ONE_REPLY_SHARE = 0.2  # distinct validation replies below this share: one sentence for everything
 
@@ -39,17 +42,19 @@ def fitted_to_data(config: ChatbotConfig, pairs: int) -> ChatbotConfig:
     warmup = train.warmup_steps or (FULL_WARMUP_STEPS if total_steps >= 2.5 * FULL_WARMUP_STEPS
                                     else max(50, total_steps // 5))
     peak = train.peak_learning_rate
-    if peak is None and warmup < FULL_WARMUP_STEPS:  # a short warmup must not raise the peak (the encoder collapsed)
-        peak = config.model.d_model ** -0.5 * FULL_WARMUP_STEPS ** -0.5
+    if peak is None and not train.warmup_steps and warmup < FULL_WARMUP_STEPS:  # a short warmup chosen here
+        # must not raise the peak (a warmup given explicitly keeps the paper's d_model^-0.5 * warmup^-0.5)
+        peak = min(SHORT_RUN_PEAK, config.model.d_model ** -0.5 * FULL_WARMUP_STEPS ** -0.5)
     return dataclasses.replace(
         config, data=dataclasses.replace(data, val_fraction=val_fraction),
         train=dataclasses.replace(train, batch_size=batch_size, repeats=repeats, epochs=epochs, warmup_steps=warmup,
                                   peak_learning_rate=peak))
 
 
-def learning_verdict(history: list[dict]) -> str:
-    """"" when the epochs in `history` (rows of `loss` and maybe `val_unique`) show learning; else one line
-    saying what went wrong and what to try."""
+def learning_verdict(history: list[dict], replies: int | None = None, answers: int | None = None) -> str:
+    """"" when the epochs in `history` (rows of `loss` and maybe `val_unique`) and the model's own replies to
+    training questions (`replies` distinct ones where the data has `answers` distinct answers) show learning;
+    else one line saying what went wrong and what to try."""
     losses = [float(row["loss"]) for row in history if row.get("loss") not in (None, "")]
     if len(losses) >= 2 and losses[-1] > NOT_LEARNED_LOSS_SHARE * losses[0]:
         return (f"the model did not learn: training loss {losses[0]:.2f} -> {losses[-1]:.2f}; try more --epochs, "
@@ -58,6 +63,9 @@ def learning_verdict(history: list[dict]) -> str:
     if unique and max(unique) < ONE_REPLY_SHARE:
         return (f"the model gives nearly one reply for everything: at most {max(unique):.0%} distinct replies to "
                 f"the validation questions; try more data or more --epochs")
+    if replies is not None and answers and replies < ONE_REPLY_SHARE * answers:
+        return (f"the model gives nearly one reply for everything: {replies} distinct replies to training questions "
+                f"with {answers} distinct answers; try a lower --peak-learning-rate or more data")
     return ""
 
 

@@ -250,10 +250,13 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
     inference_model.set_weights(model.get_weights())
     metrics = _evaluate(inference_model, val_data)
     log("validation: " + (", ".join(f"{k} {v:.4f}" for k, v in metrics.items()) if metrics else "no held-out pairs"))
+    from chatbot.evaluate import fit_rerank, reply_variety
+    from chatbot.generate import Chatbot
+
+    bot = Chatbot(inference_model, tokenizer, config, retriever=retriever, jit_compile=False)
     if retriever is not None and val_pairs:
-        config = dataclasses.replace(config, rerank=fit_rerank(inference_model, tokenizer, config, retriever,
-                                                                val_pairs, log))
-    verdict = learning_verdict(read_history(history_path))
+        config = dataclasses.replace(config, rerank=fit_rerank(bot, val_pairs, log))
+    verdict = learning_verdict(read_history(history_path), *reply_variety(bot, train_pairs))
     if verdict:
         log(f"warning: {verdict}")
     metrics["learned"], metrics["warning"] = not verdict, verdict
@@ -269,20 +272,6 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
     kill_point("saved")
     discard_dir(state)
     return out_dir
-
-
-def fit_rerank(model, tokenizer, config: ChatbotConfig, retriever, val_pairs, log=print):
-    """The rerank weights whose replies to the validation questions score best (retrieving from the
-    training pairs only, as in training): `chatbot.evaluate.fit_rerank_weights`."""
-    from chatbot.evaluate import fit_rerank_weights, validation_sample
-    from chatbot.generate import Chatbot
-
-    sample = validation_sample(val_pairs)
-    bot = Chatbot(model, tokenizer, config, retriever=retriever, jit_compile=False)
-    weights, chrf = fit_rerank_weights(bot, [p.question for p in sample], [p.answer for p in sample])
-    log(f"reranking weights fitted on {len(sample)} validation questions: likelihood {weights.likelihood:g}, "
-        f"retrieval score {weights.similarity:g}, consensus {weights.consensus:g} (validation chrF {chrf:.2f})")
-    return weights
 
 
 def _build(model: Transformer) -> None:
