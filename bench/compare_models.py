@@ -7,6 +7,7 @@ training. Rows: each model's default decoding, its own reply (`candidates=0`), a
 answer (the lookup), with chrF, exact match, unique replies and distinct-2 (`chatbot.evaluate.reply_metrics`).
 
     python bench/compare_models.py --model models/default --model models/new [--questions 600]
+    python bench/compare_models.py ... --questions-from data/ChatbotData.csv   # the public questions only
 """
 
 import argparse
@@ -31,6 +32,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append", required=True)
     parser.add_argument("--questions", type=int, default=600)
+    parser.add_argument("--questions-from", metavar="CSV", help="ask only held-out questions that occur in this CSV")
     args = parser.parse_args(argv)
     from chatbot.evaluate import reply_metrics, validation_sample
     from chatbot.generate import Chatbot
@@ -39,7 +41,13 @@ def main(argv=None) -> int:
     splits = {model: split_of(model) for model in args.model}
     trained = {p.question for train, _ in splits.values() for p in train}
     chosen_on = {p.question for _, val in splits.values() for p in validation_sample(val)}
-    held_out = [p for p in splits[args.model[0]][1] if p.question not in trained | chosen_on][: args.questions]
+    held_out = [p for p in splits[args.model[0]][1] if p.question not in trained | chosen_on]
+    if args.questions_from:
+        from chatbot.data import load_pairs
+
+        wanted = {p.question for p in load_pairs(args.questions_from)[0]}
+        held_out = [p for p in held_out if p.question in wanted]
+    held_out = held_out[: args.questions]
     questions, references = [p.question for p in held_out], [p.answer for p in held_out]
     print(f"{len(held_out)} questions none of the models trained on or chose anything on\n")
     print("| model | reply | chrF | exact | unique | distinct-2 |\n|---|---|---|---|---|---|")
