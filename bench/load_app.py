@@ -5,8 +5,10 @@ until its background warm-up has compiled every batch shape (its log says so), a
 question and sends one uncounted warm-up burst, then, for each `--clients` count, runs that many
 threads, each sending `--questions` requests one after another. Requests are numbered round-robin
 over the clients, and every `--bad-every`-th one is invalid: a beam width of 99, a seed past int32,
-a top_k of 2^40, no_repeat_ngram_size 1 (refused with a message) or a 5,000-character question (the
-app clips it and answers). The valid ones are questions of the bundled data with the default
+a top_k of 2^40, no_repeat_ngram_size 1, a question that is a lone surrogate (refused with a message), a
+5,000-character question (the app clips it and answers) or a valid but new pair of no_repeat_ngram_size and
+candidates (answered; compiled functions are bounded, so the server's memory stays flat: the bench prints its
+memory after the warm-up and its peak during the bursts). The valid ones are questions of the bundled data with the default
 settings. Prints sent / answered / refused / failed and the p50/p95/p99 latency of valid requests
 per clients count, and the CPU seconds the server and the load generator used; then checks that the
 app still answers.
@@ -23,6 +25,7 @@ reply, or the app stopped answering; 2 if the app did not start.
 
 import argparse
 import csv
+import json
 import itertools
 import os
 import resource
@@ -47,7 +50,16 @@ BAD_REQUESTS = [
     ("top_k=2**40", {"top_k": 2**40, "strategy": "sample"}, "refused"),
     ("no_repeat_ngram_size=1", {"no_repeat_ngram_size": 1}, "refused"),
     ("5,000-character question", {"message": "배고파" * 1667}, "answered"),
+    ("lone surrogate", {"message": "\ud800"}, "refused"),  # not valid text: refused alone, never its batch
+    ("option sweep", "sweep", "answered"),  # valid, each one new: n-gram sizes 2-21 and candidate counts 0-16
 ]
+
+
+def changes_for(changes, number: int) -> dict:
+    """A bad request's changes; "sweep" is a valid no_repeat_ngram_size and candidates pair new to the app."""
+    if changes == "sweep":
+        return {"no_repeat_ngram_size": 2 + number % 20, "candidates": number % 17}
+    return changes
 WARM_LINE = b"warm-up done"  # what the app logs once every batch shape is compiled
 
 
@@ -115,6 +127,20 @@ def cpu_seconds(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def resident_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def sample_memory(pid: int, peak: list, stop: threading.Event) -> None:
+    """Append the server's resident memory every half second until `stop` (its peak is what counts)."""
+    while not stop.wait(0.5):
+        try:
+            peak.append(resident_mib(pid))
+        except OSError:
+            return
+
+
 def questions_from(path: Path) -> list[str]:
     with open(path, encoding="utf-8", newline="") as file:
         return [row[0] for row in itertools.islice(csv.reader(file), 1, None) if row and row[0].strip()]
@@ -146,9 +172,10 @@ class HttpClient:
         self.defaults = {p["parameter_name"]: p.get("parameter_default") for p in parameters}
 
     def ask(self, request: dict) -> tuple[str, str]:
-        response = self.session.post(self.url + "gradio_api/run/chat",
-                                     json={"data": [request.get(name, value) for name, value in self.defaults.items()],
-                                           "session_hash": self.session_hash})
+        body = {"data": [request.get(name, value) for name, value in self.defaults.items()],
+                "session_hash": self.session_hash}
+        response = self.session.post(self.url + "gradio_api/run/chat", content=json.dumps(body),  # "\ud800" escaped
+                                     headers={"content-type": "application/json"})
         body = response.json()
         if response.status_code == 200 and isinstance(body.get("data"), list) and body["data"]:
             reply = body["data"][0]
@@ -214,7 +241,7 @@ def run_burst(make_client, clients: int, per_client: int, bad_every: int) -> lis
             kind, expected = "valid", "answered"
             if bad_every and number % bad_every == 0:
                 kind, changes, expected = BAD_REQUESTS[(number // bad_every) % len(BAD_REQUESTS)]
-                request.update(changes)
+                request.update(changes_for(changes, number))
             result, seconds, detail = ask(client, request)
             with lock:
                 outcomes.append(Outcome(kind, expected, result, seconds, detail))
@@ -236,7 +263,7 @@ def report(outcomes: list[Outcome], clients: int, per_client: int) -> list[str]:
     lines = [
         f"sent {len(outcomes)} ({len(valid)} valid, {len(bad)} invalid) from {clients} clients x {per_client} requests",
         f"answered {len(answered)} ({sum(o.kind == 'valid' for o in answered)} of {len(valid)} valid, "
-        f"{sum(o.kind != 'valid' for o in answered)} over-long questions clipped and answered)",
+        f"{sum(o.kind != 'valid' for o in answered)} clipped questions and new option pairs answered)",
         f"refused {len(refused)} ({sum(o.kind != 'valid' for o in refused)} invalid, "
         f"{sum(o.kind == 'valid' for o in refused)} valid)",
         f"failed {len(failed)} ({sum(o.kind == 'valid' for o in failed)} valid unanswered, "
@@ -272,6 +299,10 @@ def main(argv=None) -> int:
             run_burst(make_client, max(args.clients), 2, 0)
             print(f"warm-up burst ({max(args.clients)} clients x 2 valid requests) took "
                   f"{time.perf_counter() - start:.1f} s", flush=True)
+            settled = resident_mib(process.pid)
+            peak = [settled]
+            sampling = threading.Event()
+            threading.Thread(target=sample_memory, args=(process.pid, peak, sampling), daemon=True).start()
             for clients in args.clients:
                 server, generator, start = cpu_seconds(process.pid), cpu_seconds(), time.perf_counter()
                 burst = run_burst(make_client, clients, args.questions, args.bad_every)
@@ -280,6 +311,9 @@ def main(argv=None) -> int:
                 for line in report(burst, clients, args.questions):
                     print(line, flush=True)
                 outcomes += burst
+            sampling.set()
+            print(f"\nserver memory: {settled:.0f} MiB after the warm-up, peak {max(peak):.0f} MiB during the bursts "
+                  f"({max(peak) / settled:.2f}x)", flush=True)
             after = ask(make_client(), {"message": "배고파"})
             print(f"after the bursts: {after[0]} in {after[1]:.2f} s {after[2]}".rstrip(), flush=True)
         finally:

@@ -184,13 +184,15 @@ def test_the_load_test_has_help():
 @pytest.mark.slow  # the app in a subprocess, under a small burst
 def test_a_burst_with_bad_requests_mixed_in_answers_every_valid_one(tiny_model_dir):
     # --no-xla: XLA compiled each new batch shape for seconds, half of this test's CPU; it gives the same tokens.
-    result = load_app("--clients", 4, "--questions", 3, "--bad-every", 2, "--model", tiny_model_dir, "--no-warm-up",
+    # Every kind of bad request once at least: 8 of 16 (a lone surrogate and a new option pair among them).
+    result = load_app("--clients", 4, "--questions", 4, "--bad-every", 2, "--model", tiny_model_dir, "--no-warm-up",
                       "--no-xla")
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     out = result.stdout
-    assert "sent 12 (6 valid, 6 invalid) from 4 clients x 3 requests" in out
-    assert "answered 7 (6 of 6 valid, 1 over-long questions clipped and answered)" in out
-    assert "refused 5 (5 invalid, 0 valid)" in out and "\nfailed 0 " in out
+    assert "sent 16 (8 valid, 8 invalid) from 4 clients x 4 requests" in out
+    assert "answered 10 (8 of 8 valid, 2 clipped questions and new option pairs answered)" in out
+    assert "refused 6 (6 invalid, 0 valid)" in out and "\nfailed 0 " in out
+    assert re.search(r"server memory: \d+ MiB after the warm-up, peak \d+ MiB", out)
     assert re.search(r"latency of answered valid requests: p50 [\d.]+ s, p95 [\d.]+ s, p99 [\d.]+ s", out)
     assert "after the bursts: answered" in out
 
