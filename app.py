@@ -260,7 +260,7 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT) -> gr.Blocks:
 
 
 def create_demo(model_dir: str | Path = DEFAULT_MODEL, models_root: str | Path = MODELS_ROOT) -> gr.Blocks:
-    return build_demo(load_chatbot(model_dir), models_root)
+    return build_demo(load_chatbot(model_dir, jit_compile="warmed"), models_root)
 
 
 def __getattr__(name: str):
@@ -283,7 +283,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     import_tensorflow_quietly()
     try:
-        bot = load_chatbot(args.model, jit_compile=not args.no_xla)
+        bot = load_chatbot(args.model, jit_compile=False if args.no_xla else "warmed")  # no request waits for XLA
     except ArtifactError as error:
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         sys.exit(2)

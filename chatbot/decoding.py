@@ -70,7 +70,8 @@ class CachedDecoder:
         if context.retrieved and retriever is None:
             raise ValueError("this model reads retrieved answers: it needs its retrieval index")
         self.max_length = model.max_length
-        self.jit_compile = jit_compile
+        self.jit_compile = jit_compile  # True, False, or "warmed": XLA only for settings `warm_up` compiled
+        self._warmed = set()
         # Few encoder lengths: a question alone fits in 16 tokens, most with a retrieved answer in 32.
         # Each length and batch bucket costs one XLA compilation (seconds on a CPU).
         self.length_buckets = tuple(b for b in (16, 32) if b < model.encoder_length) + (model.encoder_length,)
@@ -96,8 +97,7 @@ class CachedDecoder:
                               context, self.model.encoder_length)
 
     def asked_tones(self, texts, tones):
-        """The tones (batch,) int the graph uses: as asked, or -1 (none) for every question when none was
-        asked or the model learned no tones."""
+        """The tones (batch,) int the graph uses: as asked, or -1 (none) when none was asked or none learned."""
         if tones is None or not self.context.tone:
             return tf.fill(tf.shape(texts), -1)
         return tones
@@ -175,7 +175,7 @@ class CachedDecoder:
         return tf.reshape(ids, [-1, count, self.max_length]), scores
 
     def decode(self, texts, options: Options, sampler: Sampler, no_repeat_ngram_size: int, tones=None,
-               candidates: int = 0, min_length=0):
+               candidates: int = 0, min_length=0, jit: bool | None = None):
         """Strings (batch,) -> reply ids (batch, max_length), padded after the end token, in the graph.
         Tokenizing and retrieval (one similarity matrix for both lookups) run here; the encoder pass and the
         whole loop run in `loop`, compiled with XLA, on a batch padded to a bucket (`BATCH_BUCKETS`) so a few
@@ -189,18 +189,18 @@ class CachedDecoder:
         batch = tf.shape(encoder_ids)[0]
         rows = bucket(batch, BATCH_BUCKETS)
         pad = lambda t: tf.pad(t, [[0, rows - batch]] + [[0, 0]] * (t.shape.rank - 1))  # noqa: E731
-        loop = self.loop(sampler, no_repeat_ngram_size, retrieved.shape[1])
+        loop = self.loop(sampler, no_repeat_ngram_size, retrieved.shape[1], jit)
         return loop(pad(encoder_ids), pad(retrieved), pad(scores), options)[:batch]
 
-    def loop(self, sampler: Sampler, no_repeat_ngram_size: int, candidates: int = 0):
-        """The compiled `decode_ids` for one sampler, n-gram size and number of retrieved candidates (made
-        once, then reused). One traced function with open batch and length dimensions, which XLA compiles
-        once per shape it meets."""
-        key = (type(sampler).__name__, sampler.num_beams, no_repeat_ngram_size, candidates)
+    def loop(self, sampler: Sampler, no_repeat_ngram_size: int, candidates: int = 0, jit: bool | None = None):
+        """`decode_ids` for one sampler, n-gram size, candidate count and `jit`, traced once with open batch and
+        length dimensions (XLA compiles it once per shape it meets)."""
+        jit = self.jit_compile is True if jit is None else jit
+        key = (type(sampler).__name__, sampler.num_beams, no_repeat_ngram_size, candidates, jit)
         return self._loops.get(key, lambda: tf.function(
             lambda ids, retrieved, scores, options: self.decode_ids(ids, options, sampler, no_repeat_ngram_size,
                                                                     retrieved, scores),
-            jit_compile=self.jit_compile, autograph=False, input_signature=[
+            jit_compile=jit, autograph=False, input_signature=[
                 tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, candidates, self.max_length], tf.int32),
                 tf.TensorSpec([None, candidates], tf.float32), OPTIONS_SIGNATURE]))
 
@@ -249,25 +249,33 @@ class CachedDecoder:
         return features(self.model, encoder_ids, cross_cache, replies, retrieved, scores, options.steps)
 
     def warm_up(self, settings: GenerationConfig, options: Options, rows) -> None:
-        """Compile the decoding loop for `settings` now, for every encoder length bucket and these batch
-        buckets, so that no request waits for a compilation later. It goes through `generate`, as requests
-        do: XLA's compilations are not shared between a function called on its own and the same function
-        inside another graph."""
+        """Compile the decoding loop for `settings` for every encoder length and these batch buckets, through
+        `generate` as requests do (XLA shares no compilation between a function alone and inside a graph).
+        With jit_compile "warmed", requests with `settings` use XLA only from then on: none waits for it."""
         for length in self.length_buckets:
             for count in rows:
-                self.generate(["안녕"] * count, options, settings, [-1] * count, min_length=length)
+                self.generate(["안녕"] * count, options, settings, [-1] * count, min_length=length,
+                              jit=bool(self.jit_compile))
+        self._warmed.add(self.settings_key(settings))  # from now on, requests with these settings take XLA
 
-    def generate(self, texts, options: Options, settings: GenerationConfig, tones, min_length: int = 0):
-        """Reply ids (batch, max_length) and reply strings (batch,) from one compiled call per
-        (strategy, beam width, n-gram size): detokenizing runs in the graph too."""
-        key = (settings.strategy, settings.num_beams if settings.strategy == "beam" else 0,
-               settings.no_repeat_ngram_size, self.candidate_count(settings.candidates))
+    def settings_key(self, settings: GenerationConfig) -> tuple:
+        """What a compiled decoding function is made for: strategy, beam width, n-gram size, candidates."""
+        return (settings.strategy, settings.num_beams if settings.strategy == "beam" else 0,
+                settings.no_repeat_ngram_size, self.candidate_count(settings.candidates))
+
+    def generate(self, texts, options: Options, settings: GenerationConfig, tones, min_length: int = 0,
+                 jit: bool | None = None):
+        """Reply ids (batch, max_length) and strings (batch,) from one graph per `settings_key` and `jit` (None:
+        as `jit_compile` says for these settings); detokenizing runs in the graph too."""
+        if jit is None:
+            jit = self.settings_key(settings) in self._warmed if self.jit_compile == "warmed" else bool(self.jit_compile)
+        key = (*self.settings_key(settings), jit)
         def build():
             sampler = sampler_for(settings)
 
             def generate(texts, options, tones, min_length):
                 ids = self.decode(texts, options, sampler, settings.no_repeat_ngram_size, tones, settings.candidates,
-                                  min_length)
+                                  min_length, jit)
                 return ids, self.tokenizer.detokenize(ids)
 
             return tf.function(generate, autograph=False, input_signature=[

@@ -250,3 +250,15 @@ def test_details_say_when_a_reply_is_a_training_answer_and_which_question_it_ans
     written = tiny_bot.reply("배고파", details=True, max_new_tokens=1, candidates=0)  # cut short: no training answer
     assert written["copied"] is False and written["source_question"] is None
     assert written["nearest_question"] == "배고파"
+
+
+@pytest.mark.slow  # XLA compilations of three encoder lengths
+def test_a_warmed_server_uses_xla_only_for_settings_it_compiled_so_no_request_waits(tiny_model_dir, tiny_bot):
+    bot = Chatbot.load(tiny_model_dir, jit_compile="warmed")
+    assert bot.reply("배고파") == tiny_bot.reply("배고파")
+    assert [key[-1] for key in bot.decoder._compiled] == [False]  # before the warm-up: a plain graph
+    bot.warm_up(rows=(1,))
+    assert bot.reply("배고파") == tiny_bot.reply("배고파")
+    assert bot.reply("배고파", no_repeat_ngram_size=3) == tiny_bot.reply("배고파", no_repeat_ngram_size=3)
+    jit_of = {key[:-1]: key[-1] for key in bot.decoder._compiled if key[-1]}
+    assert list(jit_of) == [bot.decoder.settings_key(GenerationConfig())]  # XLA only for the warmed settings
