@@ -283,7 +283,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     import_tensorflow_quietly()
     try:
-        bot = load_chatbot(args.model, jit_compile=False if args.no_xla else "warmed")  # no request waits for XLA
+        # XLA only once the warm-up compiled it, so no request waits; --no-warm-up compiles when first asked.
+        bot = load_chatbot(args.model, jit_compile=not args.no_xla and (True if args.no_warm_up else "warmed"))
     except ArtifactError as error:
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         sys.exit(2)
