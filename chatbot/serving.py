@@ -94,13 +94,14 @@ class ReplyBatcher:
         self.batches.append(len(batch))
         try:
             replies = head.bot.reply_batch([r.question for r in batch], head.tone, **head.decoding)
-        except Exception as error:  # noqa: BLE001 - raised in the waiting callers' threads, not this one
-            if len(batch) > 1:  # one request's fault must not fail the others: answer each on its own
+        except BaseException as error:  # noqa: BLE001 - raised in the waiting callers' threads, not this one
+            if len(batch) > 1 and isinstance(error, Exception):  # one request's fault must not fail the others
                 for request in batch:
                     self._decode([request])
                 return
-            batch[0].reply.set_exception(error)
-            batch[0].wake.set()
+            for request in batch:
+                request.reply.set_exception(error)
+                request.wake.set()
             return
         for request, reply in zip(batch, replies):
             request.reply.set_result(reply)
