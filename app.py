@@ -30,7 +30,7 @@ APP_DIR = Path(__file__).resolve().parent
 MODELS_ROOT = APP_DIR / "models"
 DEFAULT_MODEL = MODELS_ROOT / "default"
 
-CHAT_CLIP_CHARS = 200  # the chat cuts longer questions (the model refuses over config.CHAT_CLIP_CHARS)
+CHAT_CLIP_CHARS = 200  # the chat cuts longer questions (the model refuses over config.MAX_QUESTION_CHARS)
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 CHAT_CONCURRENCY = 4  # streamed replies computed at once; the rest wait in the queue, in order
 QUEUE_SIZE = 64
@@ -42,7 +42,6 @@ BUSY_MESSAGE = "다른 학습이 진행 중이에요. 그 학습이 끝난 뒤�
 SIZE_CHOICES = [("아주 작게 (시험용, 몇 초)", "tiny"), ("작게 (CPU에서 몇 분)", "small"), ("기본 (설계값, 명령줄 train과 같음)", "base")]
 # For demo.launch(); the handlers check sizes too. show_error: what Gradio itself refuses says why.
 LAUNCH_OPTIONS = {"max_file_size": MAX_UPLOAD_BYTES, "show_error": True}
-
 
 
 def question_of(text: str | None) -> str:

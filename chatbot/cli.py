@@ -170,8 +170,8 @@ def run_train(args) -> None:
             tokenizer=TokenizerConfig(vocab_size=args.vocab_size),
             context=ContextConfig(retrieved=args.retrieved, tone=args.tone),
             data=DataConfig(paths=tuple(map(str, args.data)), val_fraction=args.val_fraction, seed=args.seed),
-            train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, warmup_steps=args.warmup_steps, repeats=args.repeats,
-                              peak_learning_rate=args.peak_learning_rate, select=args.select,
+            train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, warmup_steps=args.warmup_steps,
+                              repeats=args.repeats, peak_learning_rate=args.peak_learning_rate, select=args.select,
                               label_smoothing=args.label_smoothing, early_stopping=args.early_stopping,
                               mixed_precision=args.mixed_precision, xla=args.xla, strategy=args.strategy,
                               seed=args.seed))

@@ -3,7 +3,7 @@
 Owns: `ClusterRole` (this process's place in the cluster `TF_CONFIG` describes, checked once so a bad value
 is one clear error), `multi_worker_strategy` (made before any TensorFlow op runs in the process, as
 collective ops require), and `worker_out_dir` (only the chief writes the model directory; every other worker
-trains into a hidden sibling of its own that `train` removes once done, as in TensorFlow's multi-worker
+trains into a hidden sibling of its own that the CLI removes once done, as in TensorFlow's multi-worker
 tutorial, so a shared filesystem is safe).
 Must not import TensorFlow at module level: the CLI reads TF_CONFIG before TensorFlow loads.
 """
@@ -20,13 +20,12 @@ class ClusterRole:
     task_type: str
     index: int
     workers: int  # chief included
+    has_chief: bool = False
 
     @property
     def is_chief(self) -> bool:
         """The chief, or worker 0 of a cluster without one (TensorFlow's rule)."""
         return self.task_type == "chief" or (self.task_type == "worker" and self.index == 0 and not self.has_chief)
-
-    has_chief: bool = False
 
 
 def read_tf_config(environ) -> ClusterRole:

@@ -149,7 +149,7 @@ def read_records(path: str | Path) -> tuple[list[str], list[tuple[int, list[str]
         raise DataError(path, "the file is empty")
     text, encoding = _decode(path, raw)
     reader = csv.reader(io.StringIO(text, newline=""))
-    text_lines = text.splitlines()
+    text_lines = io.StringIO(text, newline="").readlines()  # the lines `reader.line_num` counts
     header, records, last_line = None, [], 0
     try:
         for fields in reader:

@@ -109,9 +109,14 @@ class Chatbot:
         settings, options = self.options(**decoding)
         if not texts:
             return []
-        ids, replies = self.decoder.generate(texts, options, settings, tones)
+        return self.texts_of(*self.decoder.generate(texts, options, settings, tones))
+
+    def texts_of(self, ids, replies=None) -> list[str]:
+        """Reply ids (batch, max_length) as the strings users get: a reply that ran to its limit in a loop is
+        cut (`runaway_cut`). `replies`: the graph's detokenized strings of `ids`, when at hand."""
+        replies = self.tokenizer.detokenize(ids) if replies is None else replies
         replies = [reply.decode("utf-8") for reply in replies.numpy()]
-        for row, reply_ids in enumerate(ids.numpy().tolist()):
+        for row, reply_ids in enumerate(np.asarray(ids).tolist()):
             cut = runaway_cut(reply_ids)
             if cut is not None:
                 replies[row] = self.tokenizer.decode([reply_ids[:cut]])[0]
@@ -160,8 +165,9 @@ class Chatbot:
             if bool(state.finished[0]):
                 break
             ids.append(int(state.tokens[0, int(state.index)]))
-            if len(ids) == self.decoder.max_length and runaway_cut(ids) is not None:
-                yield self.tokenizer.decode([ids[:runaway_cut(ids)]])[0]  # what reply() gives
+            cut = runaway_cut(ids) if len(ids) == self.decoder.max_length else None
+            if cut is not None:
+                yield self.tokenizer.decode([ids[:cut]])[0]  # what reply() gives
                 return
             pieces.append(self.tokenizer.piece_text(ids[-1]))
             current = self.tokenizer.join_pieces(pieces)  # only the new piece is looked up, never the prefix
@@ -207,7 +213,9 @@ class Chatbot:
             if token == END_ID:
                 break
             output.append(token)
-        return self.tokenizer.decode([output[1:]])[0]
+        reply = output[1:]
+        cut = runaway_cut(reply) if len(reply) == self.decoder.max_length else None  # trimmed as `reply` is
+        return self.tokenizer.decode([reply[:cut]])[0]
 
 
 def runaway_cut(ids: list[int], copies: int = 3) -> int | None:

@@ -10,7 +10,6 @@ Must not decode text.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import math
@@ -52,10 +51,9 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
 
 
 def _best_so_far(history_path: Path | None, monitor: str, best=min) -> float | None:
-    if history_path is None or not history_path.is_file():
+    if history_path is None:
         return None
-    with history_path.open(encoding="utf-8") as file:
-        values = [float(row[monitor]) for row in csv.DictReader(file) if row.get(monitor)]
+    values = [float(row[monitor]) for row in read_history(history_path) if row.get(monitor)]
     return best(values) if values else None
 
 
@@ -222,7 +220,8 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
         # traces a second time, which cost 4-5 s of every run (batches split evenly across replicas keep
         # MirroredStrategy working with an optimizer built before fit).
         model.optimizer.build(model.trainable_variables)
-        model.build_compiled(next(iter(train_data)))
+        if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):  # see Transformer._maybe_symbolic_build
+            model.build_compiled(next(iter(train_data)))
 
     best_path, staged_best = state / "best.weights.h5", state / "best.staged.weights.h5"
     history_path = state / HISTORY_FILE
@@ -287,4 +286,3 @@ def _evaluate(model: Transformer, val_data) -> dict:
     loss, accuracy = model.evaluate(val_data, verbose=0)
     return {"val_loss": float(loss), "val_perplexity": float(math.exp(min(loss, 50.0))),
             "val_masked_accuracy": float(accuracy)}
-
