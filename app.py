@@ -3,7 +3,7 @@
 Owns the browser UI only: the layout of the chat, attention and retrain tabs, the `/chat` API, the limits,
 the queue and the event wiring. Models, uploads and background training live in `chatbot.workspace`,
 heatmaps in `chatbot.plots`. Must not hold model logic or import TensorFlow: the workspace imports it
-on first use, so `import app` and `python app.py --help` stay cheap.
+on first use, so `import app` and `python app.py --help` stay cheap (matplotlib too: on the first heatmap).
 
     python app.py [--model models/default] [--host 127.0.0.1] [--port 7860] [--share] [--no-warm-up]
 """
@@ -20,11 +20,10 @@ import gradio as gr
 from chatbot.artifacts import ArtifactError
 from chatbot.config import GenerationConfig
 from chatbot.controls import CONTROLS, DECODING_OPTIONS, DEFAULTS, TONE_CHOICES
-from chatbot.plots import attention_figure, draw, korean_font
 from chatbot.serving import ReplyBatcher
-from chatbot.startup import import_tensorflow_quietly
 from chatbot.workspace import (BackgroundTrainer, ModelShelf, clip_question, load_chatbot, model_summary,
-                               read_training_csv, training_config, typed_chat_function, warm_up_in_background)
+                               prepare_replies, read_training_csv, training_config, typed_chat_function,
+                               warm_up_in_background)
 
 APP_DIR = Path(__file__).resolve().parent
 MODELS_ROOT = APP_DIR / "models"
@@ -82,8 +81,8 @@ def numbered(count: int) -> list[int]:
 class ChatApp:
     """What the UI does, independent of the layout: every event handler of the demo."""
 
-    def __init__(self, bot, models_root: str | Path):
-        self.shelf = ModelShelf(models_root, bot)
+    def __init__(self, bot, models_root: str | Path, prepare_models: bool = False):
+        self.shelf = ModelShelf(models_root, bot, prepare_models)
         self.trainer = BackgroundTrainer(self.shelf.root)
         self.batcher = ReplyBatcher()
 
@@ -158,6 +157,7 @@ class ChatApp:
         if not question:
             raise gr.Error("질문을 입력하거나, 먼저 대화 탭에서 질문해 주세요.")
         result = self.model(model_name).attention(question, reply)
+        from chatbot.plots import attention_figure, draw, korean_font  # matplotlib: on the first heatmap
         grid = view == "grid"
         figure = draw(attention_figure(result, None if grid else layer, None if grid else head))
         caption = f"질문: {question}\n답변: {result['reply']}"
@@ -189,9 +189,9 @@ class ChatApp:
         yield f"{message}\n\n{job.summary()}", gr.Dropdown(choices=self.shelf.choices())
 
 
-def build_demo(bot, models_root: str | Path = MODELS_ROOT) -> gr.Blocks:
-    """The whole app around a loaded `Chatbot`; the model picker lists the model directories under `models_root`."""
-    ui = ChatApp(bot, models_root)
+def build_demo(bot, models_root: str | Path = MODELS_ROOT, prepare_models: bool = False) -> gr.Blocks:
+    """The whole app around a loaded `Chatbot`; the picker lists the model directories under `models_root`."""
+    ui = ChatApp(bot, models_root, prepare_models)
     chat_limits = dict(concurrency_id="chat", concurrency_limit=CHAT_CONCURRENCY)
     with gr.Blocks(title="한국어 트랜스포머 챗봇", analytics_enabled=False) as demo:
         gr.Markdown("# 한국어 트랜스포머 챗봇\n작은 트랜스포머 모델과 대화하고, 어텐션을 살펴보고, 내 데이터로 다시 학습해 보세요.")
@@ -259,7 +259,7 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT) -> gr.Blocks:
 
 
 def create_demo(model_dir: str | Path = DEFAULT_MODEL, models_root: str | Path = MODELS_ROOT) -> gr.Blocks:
-    return build_demo(load_chatbot(model_dir, jit_compile="warmed"), models_root)
+    return build_demo(load_chatbot(model_dir, jit_compile="warmed", prepare=True), models_root, prepare_models=True)
 
 
 def __getattr__(name: str):
@@ -280,16 +280,20 @@ def main(argv=None) -> None:
     parser.add_argument("--no-warm-up", action="store_true", help="compile each batch shape when first asked")
     parser.add_argument("--no-xla", action="store_true", help="decode as a plain graph: no compiling, slower replies")
     args = parser.parse_args(argv)
-    import_tensorflow_quietly()
     try:
         # XLA only once the warm-up compiled it, so no request waits; --no-warm-up compiles when first asked.
         bot = load_chatbot(args.model, jit_compile=not args.no_xla and (True if args.no_warm_up else "warmed"))
     except ArtifactError as error:
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         sys.exit(2)
+    if not args.no_warm_up:  # until then, plain graphs: the /chat reply's is traced before the page is served
+        prepare_replies(bot, streamed=False)
+    demo = build_demo(bot, prepare_models=not args.no_warm_up)
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, prevent_thread_lock=True,
+                **LAUNCH_OPTIONS)
     if not args.no_warm_up:
-        warm_up_in_background(bot)
-    build_demo(bot).launch(server_name=args.host, server_port=args.port, share=args.share, **LAUNCH_OPTIONS)
+        warm_up_in_background(bot)  # the streamed reply's graphs, then XLA: requests take plain graphs till then
+    demo.block_thread()
 
 
 if __name__ == "__main__":

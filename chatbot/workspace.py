@@ -1,7 +1,8 @@
 """The app's workspace: the models it answers with, and the one training it may run in the background.
 
 Owns: the model shelf (the startup model plus every model directory directly under a root, each
-loaded once and shared), the checks on what a user sends (question length, uploaded CSVs), the web
+loaded once and shared), getting a model ready to answer (its first replies' graphs traced before anyone
+asks, XLA compiled in the background), the checks on what a user sends (question length, uploaded CSVs), the web
 UI's training sizes, and a background training job with its live progress (a Keras callback) and
 its unique output directory. User mistakes come back as messages or `ArtifactError`/`ValueError`,
 which the UI shows. TensorFlow is imported on first use (loading or training), so importing this
@@ -24,21 +25,41 @@ from chatbot.artifacts import CONFIG_FILE, ArtifactError, check_model_dir
 from chatbot.config import ChatbotConfig, DataConfig, GenerationConfig, ModelConfig, TokenizerConfig, TrainConfig
 from chatbot.data import DataError, load_pairs
 from chatbot.schedule import fitted_to_data
+from chatbot.startup import import_tensorflow_quietly
 
 
-def load_chatbot(model_dir: str | Path, jit_compile: bool = True):
-    """Load a model directory as a `Chatbot`; raises ArtifactError (one line) for anything that does not load."""
+def load_chatbot(model_dir: str | Path, jit_compile: bool | str = True, prepare: bool = False):
+    """Load a model directory as a `Chatbot`; raises ArtifactError (one line) for anything that does not load.
+    `prepare`: also `prepare_replies`, so its first requests do not wait for a trace."""
     check_model_dir(model_dir)  # missing files and version mismatches, before TensorFlow is imported
+    import_tensorflow_quietly()  # without its start-up notes (at once when it is imported already)
     from chatbot.generate import Chatbot
 
-    return Chatbot.load(model_dir, jit_compile=jit_compile)
+    bot = Chatbot.load(model_dir, jit_compile=jit_compile)
+    if prepare:
+        prepare_replies(bot)
+    return bot
+
+
+def prepare_replies(bot, question: str = "안녕", streamed: bool = True) -> None:
+    """Answer one question with the default settings as `/chat` does (and, with `streamed`, as the chat streams
+    it), so that the graphs a first request runs are traced before anyone asks: a trace costs seconds on a CPU
+    (the first in a process most), a reply then tens of milliseconds. The app decodes these as plain graphs
+    (jit_compile "warmed" or False); with XLA on, this would compile them for one question's shapes."""
+    reply = bot.reply(question)
+    if streamed:
+        for _ in bot.stream(question):
+            pass
+        bot.provenance(question, reply)  # builds its table of training answers once
 
 
 def warm_up_in_background(bot, log=lambda line: print(line, flush=True)) -> threading.Thread:
-    """Compile the bot's default decoding for every batch and encoder-length bucket in a daemon thread,
-    so the app answers at once and the first burst of requests finds the compiled loops ready; `log` gets
-    one line when it is done."""
+    """In a daemon thread, trace the bot's first streamed reply (`prepare_replies`: the app serves its page
+    first, while a browser user is still typing), then compile its default decoding with XLA for every batch
+    and encoder-length bucket, so the app answers at once and a burst of requests finds the compiled loops
+    ready; `log` gets one line when it is done."""
     def warm_up():
+        prepare_replies(bot)
         started = time.perf_counter()
         bot.warm_up()
         log(f"warm-up done: every batch shape compiled in {time.perf_counter() - started:.0f} s")
@@ -67,11 +88,12 @@ def model_summary(name: str, bot) -> str:
 class ModelShelf:
     """The models the app answers with: the startup model, and every model directory directly under
     `root` (a non-hidden folder holding config.json). Each is loaded once and then shared, and decodes
-    with XLA or as a plain graph as the startup model does."""
+    with XLA or as a plain graph as the startup model does; with `prepare`, it is loaded with its first
+    replies traced (`prepare_replies`)."""
 
-    def __init__(self, root: str | Path, startup_bot):
+    def __init__(self, root: str | Path, startup_bot, prepare: bool = False):
         self.root = Path(root).resolve()
-        self.startup_bot = startup_bot
+        self.startup_bot, self.prepare = startup_bot, prepare
         startup_path = Path(startup_bot.path).resolve() if startup_bot.path else None
         self.startup_name = startup_path.name if startup_path and startup_path.parent == self.root else ""
         self.startup_label = f"{startup_path.name if startup_path else '모델'} (시작 모델)"
@@ -90,13 +112,17 @@ class ModelShelf:
         return named if self.startup_name else [(self.startup_label, ""), *named]
 
     def get(self, name: str | None):
-        """The model called `name` (a picker value), loading it on first use."""
+        """The model called `name` (a picker value), loading it on first use. One model loads at a time;
+        requests for models already loaded never wait for it (a load takes seconds)."""
         name = name or ""
+        bot = self._bots.get(name)
+        if bot is not None:
+            return bot
         with self._lock:
             if name not in self._bots:
                 if name not in self.names():
                     raise ArtifactError(f"{name!r}: {self.root.name}/ 아래에 그런 모델이 없어요")
-                self._bots[name] = load_chatbot(self.root / name, self.startup_bot.decoder.jit_compile)
+                self._bots[name] = load_chatbot(self.root / name, self.startup_bot.decoder.jit_compile, self.prepare)
             return self._bots[name]
 
 

@@ -287,19 +287,26 @@ def test_missing_or_broken_model_dir_exits_2_with_one_error_line(tmp_path, capsy
         assert err.startswith("error: ") and err.count("\n") == 1, err
 
 
-def test_no_xla_serves_a_plain_graph_and_xla_is_the_default(monkeypatch, models_root):
+def test_the_first_replies_are_traced_before_the_page_and_xla_compiled_after_it(monkeypatch, models_root):
+    """--no-warm-up: nothing in advance (XLA compiles when asked); --no-xla: plain graphs only."""
     import app as app_module
 
-    served = []
+    served, events = [], []
 
     class Demo:
         def launch(self, **options):
+            events.append(("page", [key[-1] for key in served[-1].decoder._compiled]))
+
+        def block_thread(self):
             pass
 
-    monkeypatch.setattr(app_module, "build_demo", lambda bot: served.append(bot) or Demo())
-    for flags in ([], ["--no-xla"]):
-        app.main(["--model", str(models_root / "tiny"), "--no-warm-up", *flags])
-    assert [bot.decoder.jit_compile for bot in served] == [True, False]
+    monkeypatch.setattr(app_module, "build_demo", lambda bot, **options: served.append(bot) or Demo())
+    monkeypatch.setattr(app_module, "warm_up_in_background", lambda bot: events.append(("warm-up", bot)))
+    for flags in (["--no-warm-up"], ["--no-warm-up", "--no-xla"], []):
+        app.main(["--model", str(models_root / "tiny"), *flags])
+    assert [bot.decoder.jit_compile for bot in served] == [True, False, "warmed"]
+    # the default settings' plain graph traced before the page was served, the XLA warm-up started after it
+    assert events == [("page", []), ("page", []), ("page", [False]), ("warm-up", served[-1])]
 
 
 def test_help_lists_the_flags(capsys):

@@ -1,11 +1,17 @@
-"""bench/ratios_chart.py: the chart of the ratios that the decoding and training benchmarks print."""
+"""bench/ratios_chart.py: the chart of the ratios that the decoding and training benchmarks print; and
+bench/cold_start.py, which times the app's and the command line's first replies (what it prints, not how fast)."""
 
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "ratios_chart.py"
+COLD_START = ROOT / "bench" / "cold_start.py"
 
 DECODE_OUTPUT = """model: models/default; 100 questions from data/korean_chat.csv
                             p50 ms    p95 ms   (per reply)
@@ -48,3 +54,36 @@ def test_output_of_the_wrong_benchmark_is_one_error_line(tmp_path):
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
         f"error: no ratios found in {tmp_path / 'decode.txt'}: is it that benchmark's output?"]
     assert not (tmp_path / "ratios.png").exists()
+
+
+def cold_start(*args):
+    env = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}  # as a user starts
+    return subprocess.run([sys.executable, str(COLD_START), *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900, env=env)
+
+
+def test_the_cold_start_bench_asks_questions_of_five_lengths_and_refuses_bad_arguments(tmp_path):
+    sys.path.insert(0, str(COLD_START.parent))
+    try:
+        from cold_start import QUESTIONS
+    finally:
+        sys.path.remove(str(COLD_START.parent))
+    assert len(QUESTIONS) == 5 and len({len(q) for q in QUESTIONS}) == 5 and max(map(len, QUESTIONS)) <= 200
+    result = cold_start("--help")
+    assert result.returncode == 0 and all(flag in result.stdout for flag in ("--model", "--runs", "--skip-app"))
+    for args, reason in ((["--runs", "0"], "--runs must be at least 1"), (["--model", tmp_path], "no model directory")):
+        result = cold_start(*args)
+        assert result.returncode == 2 and not result.stdout, result.stderr
+        assert [line for line in result.stderr.splitlines() if line] == [result.stderr.strip()], result.stderr
+        assert result.stderr.startswith("error: ") and reason in result.stderr
+
+
+@pytest.mark.slow  # the app and the command line, each in a subprocess, on the tiny model
+def test_the_cold_start_bench_times_the_page_five_replies_and_chat_q(tiny_model_dir):
+    result = cold_start("--model", tiny_model_dir, "--runs", 1)
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr[-3000:]
+    assert re.search(r"page served [\d.]+ s after start", out), out
+    assert len(re.findall(r"reply \d \( *\d+ characters\): answered in [\d.]+ s, [\d.]+ s after the page", out)) == 5
+    assert re.search(r"chat -q '[^']+': [\d.]+ s end to end -> \S", out), out
+    assert "and on stderr" not in out  # the command line's start-up is quiet

@@ -72,3 +72,45 @@ def test_training_job_reports_progress_and_outcome(tmp_path):
     assert "learning_rate" not in job.summary() and "학습 중" in job.summary()
     job.finished.set()
     assert "학습 완료" in job.summary()
+
+
+def test_a_model_loading_keeps_no_request_for_a_loaded_model_waiting(tiny_bot, tiny_model_dir, tmp_path, monkeypatch):
+    """A picked model loads (seconds, with its first replies traced) while the others keep answering."""
+    import threading
+
+    import chatbot.workspace as workspace
+
+    shutil.copytree(tiny_model_dir, tmp_path / "other")
+    loading, release, asked = threading.Event(), threading.Event(), []
+
+    def slow_load(path, jit_compile, prepare):
+        asked.append((path.name, jit_compile, prepare))
+        loading.set()
+        release.wait(60)
+        return tiny_bot
+
+    monkeypatch.setattr(workspace, "load_chatbot", slow_load)
+    shelf = ModelShelf(tmp_path, tiny_bot, prepare=True)
+    picking = threading.Thread(target=shelf.get, args=("other",))
+    picking.start()
+    assert loading.wait(60)
+    assert shelf.get("") is tiny_bot and picking.is_alive()  # answered while "other" is still loading
+    release.set()
+    picking.join(60)
+    assert asked == [("other", False, True)] and shelf.get("other") is tiny_bot
+
+
+def traces(bot) -> list[int]:
+    """How many times each graph the bot has decoded with so far was traced."""
+    graphs = [*bot.decoder._compiled.values(), *bot.decoder._loops.values(), *bot._step.values(), bot._start,
+              bot._encode]
+    return [graph.experimental_get_tracing_count() for graph in graphs]
+
+
+def test_a_prepared_model_answers_and_streams_without_tracing_again(tiny_model_dir):
+    bot = load_chatbot(tiny_model_dir, jit_compile="warmed", prepare=True)
+    traced = traces(bot)
+    assert [key[-1] for key in bot.decoder._compiled] == [False] and sum(traced) > 0  # plain graphs, no XLA
+    bot.reply_batch(["배고파", "오늘 회사에서 상사한테 혼나서 기분이 너무 안 좋아"] * 3)
+    list(bot.stream("배고파"))
+    assert traces(bot) == traced
