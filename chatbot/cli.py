@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--retrieved", type=int, default=c.retrieved, metavar="K",
                        help=f"answers of the K nearest training questions the model reads after the question "
                             f"(0-{MAX_RETRIEVED}; 0: the question alone; default: %(default)s)")
+    train.add_argument("--neighbour-questions", action="store_true",
+                       help="show each retrieved answer with the question it answered, so the encoder can judge "
+                            "whether it fits (an option: BENCHMARKS.md has how it measured)")
     train.add_argument("--no-tone", dest="tone", action="store_false",
                        help="ignore the label column (by default it becomes a tone the model learns and `chat "
                             "--tone` asks for)")
@@ -168,7 +171,7 @@ def run_train(args) -> None:
                               dff=args.dff, dropout=args.dropout, max_length=args.max_length,
                               shared_embeddings=args.shared_embeddings),
             tokenizer=TokenizerConfig(vocab_size=args.vocab_size),
-            context=ContextConfig(retrieved=args.retrieved, tone=args.tone),
+            context=ContextConfig(retrieved=args.retrieved, tone=args.tone, questions=args.neighbour_questions),
             data=DataConfig(paths=tuple(map(str, args.data)), val_fraction=args.val_fraction, seed=args.seed),
             train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, warmup_steps=args.warmup_steps,
                               repeats=args.repeats, peak_learning_rate=args.peak_learning_rate, select=args.select,
@@ -206,7 +209,20 @@ def run_train(args) -> None:
 
 
 def run_chat(args) -> None:
-    terminal.chat(args.model, args.question, _decoding(args))
+    decoding = _decoding(args)
+    if args.question is None:  # a conversation or piped lines: each graph is traced once and reused
+        terminal.chat(args.model, None, decoding)
+        return
+    import tensorflow as tf
+
+    # One reply runs its decoding ops once per token: eagerly that takes about a second, while tracing and
+    # optimising the graph first costs 3-5 s on two cores. The reply is the same.
+    eager = tf.config.functions_run_eagerly()
+    tf.config.run_functions_eagerly(True)
+    try:
+        terminal.chat(args.model, args.question, decoding)
+    finally:
+        tf.config.run_functions_eagerly(eager)
 
 
 def run_eval(args) -> None:

@@ -69,15 +69,20 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ContextConfig:
-    """What the encoder reads besides the question: `[start] tone question [end] (<sep> answer) * retrieved`."""
+    """What the encoder reads besides the question: `[start] tone question [end] (<sep> answer) * retrieved`,
+    or with `questions`, `(<sep> [start] neighbour's question [end] its answer) * retrieved`."""
 
     # Answers of the nearest training questions (chatbot.retrieval), nearest first; 0: the question alone.
     retrieved: int = 1
     tone: bool = True  # a tone token from the label column, when the training data has labels
     tone_dropout: float = 0.2  # share of training questions shown without their tone, so asking none works
     # Share of training questions whose own answer replaces one of their retrieved answers (Retrieve and
-    # Refine): without it the model is slow to learn that the candidates are worth reading.
+    # Refine), or with `questions`, one neighbour that answers alike (chatbot.context.with_gold_biased):
+    # without it the model is slow to learn that the candidates are worth reading.
     gold_rate: float = 0.5
+    # Whether each retrieved answer comes with the question it answered, so the encoder can judge whether
+    # it fits (an option: measured in BENCHMARKS.md, not yet better than answers alone).
+    questions: bool = False
     index_hash: str = ""  # sha256 of retrieval.json, checked on load
 
     def __post_init__(self):
@@ -173,6 +178,7 @@ GENERATION_BOUNDS = {
     "num_beams": (1, MAX_BEAMS),
     "length_penalty": (-10.0, 10.0),
     "agreement": (0.0, 100.0),
+    "mbr": (0.0, 100.0),
     "candidates": (0, MAX_CANDIDATES),
     "temperature": (0.01, 100.0),
     "top_k": (0, INT32_MAX),
@@ -196,10 +202,13 @@ class GenerationConfig:
     agreement: float = field(default=0.0, metadata={
         "help": "beam search: add this times the reply's word overlap (token F1) with the retrieved answers "
                 "to its score (0: off; needs a model that reads retrieved answers)"})
+    mbr: float = field(default=0.0, metadata={
+        "help": "beam search: add this times the reply's mean word overlap (token F1) with the other beams to its "
+                "score, so a reply the beams agree on wins (minimum Bayes risk decoding; 0: off)"})
     candidates: int = field(default=8, metadata={
         "help": "also weigh the answers of this many nearest training questions against the generated reply "
-                "and answer with the one that the model and those answers agree on most (0: off; used by "
-                "models that read retrieved answers)"})
+                "and answer with the one that the model and those answers agree on most (0: off, the reply is "
+                "what the model decoded; used by models that read retrieved answers)"})
     temperature: float = field(default=1.0, metadata={"help": "for --strategy sample; higher is more random"})
     top_k: int = field(default=0, metadata={"help": "sample among the k likeliest tokens (0: all)"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass (1.0: off)"})

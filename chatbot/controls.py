@@ -21,6 +21,7 @@ CONTROLS = {  # a control per option (its label is the UI's business): name -> f
     "num_beams": lambda d: gr.Slider(1, 8, value=d, step=1, label="빔 너비 (빔 서치)"),
     "length_penalty": lambda d: gr.Slider(0.0, 2.0, value=d, step=0.1, label="길이 보정 (빔 서치, 클수록 긴 답)"),
     "agreement": lambda d: gr.Slider(0.0, 10.0, value=d, step=0.5, label="검색 답변과의 일치 가중치 (빔 서치)"),
+    "mbr": lambda d: gr.Slider(0.0, 10.0, value=d, step=0.5, label="빔끼리의 합의 가중치 (빔 서치, MBR)"),
     "candidates": lambda d: gr.Slider(0, 16, value=d, step=1, label="함께 견줄 검색 답변 수 (0 = 모델 답만)"),
     "temperature": lambda d: gr.Slider(0.1, 3.0, value=d, step=0.05, label="온도 (샘플링)"),
     "top_k": lambda d: gr.Slider(0, 100, value=d, step=1, label="top-k (0 = 끔)"),

@@ -2,7 +2,7 @@
 
 Owns: `CachedDecoder` (composing the encoder input in the graph, padding batches and encoder inputs
 to a few bucket shapes, the encoder pass and the whole `tf.while_loop` compiled with XLA, beam
-ranking with the optional `agreement` rescoring, and `rerank`: the generated reply weighed against
+ranking with the optional `agreement` and `mbr` rescoring, and `rerank`: the generated reply weighed against
 the retrieved answers with `chatbot.rerank`), the decoding options as tensors (`Options`) and the
 loop's `State`. Tokenizing, retrieval and detokenizing stay outside the XLA part, in plain
 `tf.function`s, since XLA cannot compile string ops. Must not know about Python-side strings,
@@ -19,9 +19,9 @@ from chatbot.compiled import CompiledCache
 from chatbot.config import NO_CONTEXT, ContextConfig, GenerationConfig, RerankConfig
 from chatbot.layers import padding_mask
 from chatbot.pipeline import bucket, encoder_inputs
-from chatbot.rerank import Features, choose, features, token_f1
+from chatbot.rerank import Features, agreement, beam_consensus, choose, features
 from chatbot.samplers import NEG_INF, GreedySampler, Sampler, process_logits, sampler_for
-from chatbot.tokenizer import END_ID, PAD_ID, SEPARATOR_ID, START_ID, Tokenizer
+from chatbot.tokenizer import END_ID, PAD_ID, START_ID, Tokenizer
 
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # batches are padded to these many rows (XLA shapes)
@@ -38,11 +38,12 @@ class Options(NamedTuple):
     repetition_penalty: tf.Tensor
     length_penalty: tf.Tensor
     agreement: tf.Tensor
+    mbr: tf.Tensor
     seed: tf.Tensor
 
 
 OPTIONS_SIGNATURE = Options(*(tf.TensorSpec([], dtype) for dtype in (
-    tf.int32, tf.float32, tf.int32, tf.float32, tf.float32, tf.float32, tf.float32, tf.int32)))
+    tf.int32, tf.float32, tf.int32, tf.float32, tf.float32, tf.float32, tf.float32, tf.float32, tf.int32)))
 
 
 class State(NamedTuple):
@@ -72,9 +73,10 @@ class CachedDecoder:
         self.max_length = model.max_length
         self.jit_compile = jit_compile  # True, False, or "warmed": XLA only for settings `warm_up` compiled
         self._warmed = set()
-        # Few encoder lengths: a question alone fits in 16 tokens, most with a retrieved answer in 32.
+        # Few encoder lengths: a question alone fits in 16 tokens, most with a retrieved answer in 32, with
+        # two retrieved pairs and their questions in 64 or 96.
         # Each length and batch bucket costs one XLA compilation (seconds on a CPU).
-        self.length_buckets = tuple(b for b in (16, 32) if b < model.encoder_length) + (model.encoder_length,)
+        self.length_buckets = tuple(b for b in (16, 32, 64, 96) if b < model.encoder_length) + (model.encoder_length,)
         # Keyed by static settings a user picks: bounded, so sweeping valid options cannot grow memory.
         self._compiled, self._loops = CompiledCache(COMPILED_KEPT), CompiledCache(COMPILED_KEPT)
 
@@ -88,13 +90,16 @@ class CachedDecoder:
         the questions' `Retriever.similarity`, if the caller has it)."""
         texts = tf.convert_to_tensor(texts, tf.string)
         tones = self.asked_tones(texts, tones)
-        context = None
+        context = context_questions = None
         if self.context.retrieved:
-            answers = self.retriever.nearest(texts, self.context.retrieved, tones, similarity=similarity)  # (batch, k)
-            context = tf.RaggedTensor.from_uniform_row_length(self.tokenizer.tokenize(tf.reshape(answers, [-1])),
-                                                              tf.shape(answers, out_type=tf.int64)[1])
+            asked, answers = self.retriever.neighbours(texts, self.context.retrieved, tones, similarity=similarity)
+            width = tf.shape(answers, out_type=tf.int64)[1]  # (batch, k)
+            context = tf.RaggedTensor.from_uniform_row_length(self.tokenizer.tokenize(tf.reshape(answers, [-1])), width)
+            if self.context.questions:
+                context_questions = tf.RaggedTensor.from_uniform_row_length(
+                    self.tokenizer.tokenize(tf.reshape(asked, [-1])), width)
         return encoder_inputs(self.tokenizer.tokenize(texts), self.max_length, tones if self.context.tone else None,
-                              context, self.model.encoder_length)
+                              context, self.model.encoder_length, context_questions)
 
     def asked_tones(self, texts, tones):
         """The tones (batch,) int the graph uses: as asked, or -1 (none) when none was asked or none learned."""
@@ -228,7 +233,7 @@ class CachedDecoder:
         lengths = tf.reduce_sum(tf.cast(replies != PAD_ID, tf.float32), axis=-1)
         scores = tf.reshape(state.scores, [-1, sampler.num_beams])
         normalised = scores / tf.maximum(lengths, 1.0) ** options.length_penalty
-        normalised += options.agreement * agreement(replies, encoder_ids)
+        normalised += options.agreement * agreement(replies, encoder_ids) + options.mbr * beam_consensus(replies)
         return tf.gather(replies, tf.argmax(normalised, axis=-1, output_type=tf.int32), batch_dims=1)
 
     def rerank(self, encoder_ids, cross_cache, replies, retrieved, scores, options: Options):
@@ -284,14 +289,6 @@ class CachedDecoder:
 
         return self._compiled.get(key, build)(tf.constant(texts, tf.string), options, tf.constant(tones, tf.int32),
                                               tf.constant(min_length, tf.int32))
-
-
-def agreement(replies, encoder_ids):
-    """Token F1 between each candidate reply (batch, beams, length) and the retrieved answers on its
-    encoder input (batch, src_len: the tokens after the first separator): (batch, beams) in [0, 1];
-    0 where the input holds no retrieved answer."""
-    context = encoder_ids * tf.cast(tf.cumsum(tf.cast(encoder_ids == SEPARATOR_ID, tf.int32), axis=1) > 0, tf.int32)
-    return token_f1(replies, context[:, None, :])[..., 0]
 
 
 def _write(tokens, position, values):

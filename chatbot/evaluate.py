@@ -152,18 +152,21 @@ RERANK_GRID = [(similarity, consensus, likelihood) for similarity in (1, 4, 16, 
                for consensus in (0, 1, 2, 4, 8, 16, 32) for likelihood in (0, 0.125, 0.25, 0.5, 1, 2)]
 
 
+RERANK_FIT_CANDIDATES = 8  # retrieved answers weighed when the rerank weights are fitted (`candidates`' usual count)
+
 def fit_rerank_weights(bot, questions: list[str], references: list[str], batch_size: int = 64):
     """The `RerankConfig` whose replies to these (validation) questions score the best chrF against their
     references, and that chrF: among the defaults and RERANK_GRID, the defaults unless a grid point does
-    strictly better. Each question's candidates (its greedy reply and the default number of retrieved
-    answers) and their features are computed once; only the weighted choice is tried per grid point."""
+    strictly better. Each question's candidates (its greedy reply and `RERANK_FIT_CANDIDATES` retrieved
+    answers: the weights are for the `candidates` option, whatever the decoding default) and their features
+    are computed once; only the weighted choice is tried per grid point."""
     import tensorflow as tf
 
     from chatbot.config import RerankConfig
     from chatbot.rerank import Features, choice
 
-    settings, options = bot.options()
-    run = tf.function(lambda texts: bot.decoder.reply_features(texts, options, settings.candidates), autograph=False,
+    _, options = bot.options()
+    run = tf.function(lambda texts: bot.decoder.reply_features(texts, options, RERANK_FIT_CANDIDATES), autograph=False,
                       input_signature=[tf.TensorSpec([None], tf.string)])  # one trace, whatever the last batch's size
     parts = [run(tf.constant(questions[i:i + batch_size])) for i in range(0, len(questions), batch_size)]
     found = Features(*(tf.concat(column, axis=0) for column in zip(*parts)))

@@ -81,7 +81,7 @@ class Chatbot:
             tf.constant(steps), tf.constant(settings.temperature, tf.float32),
             tf.constant(settings.top_k), tf.constant(settings.top_p, tf.float32),
             tf.constant(settings.repetition_penalty, tf.float32), tf.constant(settings.length_penalty, tf.float32),
-            tf.constant(settings.agreement, tf.float32), tf.constant(seed))
+            tf.constant(settings.agreement, tf.float32), tf.constant(settings.mbr, tf.float32), tf.constant(seed))
 
     def check(self, tone=None, **decoding) -> None:
         """Raise ValueError for a tone or a decoding option this model refuses, before any decoding

@@ -29,12 +29,15 @@ def add_start_end(ids: tf.RaggedTensor) -> tf.RaggedTensor:
 
 
 def encoder_inputs(question_ids: tf.RaggedTensor, max_length: int, tones=None, context_ids=None,
-                   encoder_length: int | None = None) -> tf.RaggedTensor:
-    """`[start] tone question [end]`, then `<sep> answer` for each retrieved answer, cut to `encoder_length`.
+                   encoder_length: int | None = None, context_question_ids=None) -> tf.RaggedTensor:
+    """`[start] tone question [end]`, then for each retrieved pair `<sep> [start] its question [end] answer`
+    (or `<sep> answer` without `context_question_ids`), cut to `encoder_length`.
 
     The question is cut to `max_length` tokens with its end token kept; `tones` (batch,) int holds
     0/1/2 or -1 for no tone token; `context_ids` (batch, k, None) holds the retrieved answers' ids,
-    each cut to `max_length - 1` so that its separator fits in `max_length`."""
+    each cut to `max_length - 1` so that its separator fits in `max_length`, and `context_question_ids`
+    (batch, k, None) the questions they answered, cut as the asked question is. Seeing a neighbour's
+    question lets the encoder judge whether its answer fits the question asked."""
     body = question_ids[:, : max_length - 2]
     if tones is not None:
         tones = tf.convert_to_tensor(tones, question_ids.dtype)
@@ -44,7 +47,12 @@ def encoder_inputs(question_ids: tf.RaggedTensor, max_length: int, tones=None, c
     ids = add_start_end(body)
     if context_ids is not None:
         answers = context_ids.merge_dims(0, 1)[:, : max_length - 1]  # (batch * k, None)
-        separated = tf.concat([tf.fill([answers.nrows(), 1], tf.constant(SEPARATOR_ID, ids.dtype)), answers], axis=1)
+        separator = tf.fill([answers.nrows(), 1], tf.constant(SEPARATOR_ID, ids.dtype))
+        if context_question_ids is not None:
+            asked = add_start_end(context_question_ids.merge_dims(0, 1)[:, : max_length - 2])
+            separated = tf.concat([separator, asked, answers], axis=1)
+        else:
+            separated = tf.concat([separator, answers], axis=1)
         regrouped = tf.RaggedTensor.from_row_lengths(separated, context_ids.row_lengths())  # (batch, k, None)
         ids = tf.concat([ids, regrouped.merge_dims(1, 2)], axis=1)
     return ids[:, : encoder_length or max_length]

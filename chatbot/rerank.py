@@ -6,6 +6,7 @@ over a `shortlist`;
 its question's retrieval score; its word-piece overlap with the other retrieved answers, weighted by
 their scores: a consensus vote) and `choose`, their weighted sum's best candidate. The weights are a
 model's `RerankConfig`, fitted on its validation questions by `chatbot.evaluate.fit_rerank_weights`.
+Also `agreement`, the overlap with the retrieved answers that beam search may add to a beam's score.
 Must not know about strings or the decoding loop.
 """
 
@@ -18,7 +19,7 @@ import tensorflow as tf
 from chatbot.config import RerankConfig
 from chatbot.layers import padding_mask
 from chatbot.samplers import NEG_INF
-from chatbot.tokenizer import NUM_SPECIAL, PAD_ID, START_ID
+from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID, SEPARATOR_ID, START_ID
 
 RERANK_WIDTH = 12  # reply tokens the teacher-forced pass reads (see `mean_log_likelihood`)
 SHORTLIST = 4  # retrieved answers whose likelihood the pass computes: the best by the other features (see `shortlist`)
@@ -110,3 +111,25 @@ def token_f1(a, b):
     precision = found / tf.maximum(tf.reduce_sum(tf.cast(in_a, tf.float32), axis=-1), 1.0)[:, :, None]
     recall = recalled / tf.maximum(tf.reduce_sum(tf.cast(in_b, tf.float32), axis=-1), 1.0)[:, None, :]
     return 2 * precision * recall / tf.maximum(precision + recall, 1e-9)
+
+
+def agreement(replies, encoder_ids):
+    """Token F1 between each candidate reply (batch, beams, length) and the retrieved answers on its
+    encoder input (batch, src_len: after the first separator, outside the neighbours' `[start] question
+    [end]`): (batch, beams) in [0, 1]; 0 where the input holds no retrieved answer."""
+    def count(token, exclusive=False):
+        return tf.cumsum(tf.cast(encoder_ids == token, tf.int32), axis=1, exclusive=exclusive)
+
+    answer = (count(SEPARATOR_ID) > 0) & (count(START_ID) <= count(END_ID, exclusive=True))
+    context = encoder_ids * tf.cast(answer, encoder_ids.dtype)
+    return token_f1(replies, context[:, None, :])[..., 0]
+
+
+def beam_consensus(replies):
+    """Each beam's mean token F1 with the other beams of its question (batch, beams, length) -> (batch, beams):
+    the expected utility of minimum Bayes risk decoding, with token F1 as the utility and the beams weighed
+    alike. A reply most beams share words with is rarely a broken one."""
+    beams = tf.shape(replies)[1]
+    overlap = token_f1(replies, replies)  # (batch, beams, beams), 1 on the diagonal for a non-empty beam
+    others = tf.reduce_sum(overlap, axis=-1) - tf.linalg.diag_part(overlap)
+    return others / tf.cast(tf.maximum(beams - 1, 1), tf.float32)

@@ -23,11 +23,11 @@ import tensorflow as tf
 from chatbot.artifacts import (HISTORY_FILE, INDEX_FILE, METRICS_FILE, ArtifactError, discard_dir, kill_point,
                                save_model_dir)
 from chatbot.config import ChatbotConfig, TokenizerConfig
+from chatbot.context import context_for, training_batches
 from chatbot.data import QAPair, split_by_question
 from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy, transformer_optimizer
 from chatbot.model import Transformer
-from chatbot.pipeline import encoder_inputs, fits, make_dataset
-from chatbot.retrieval import NO_TONE, Retriever, index_hash, index_json
+from chatbot.retrieval import Retriever, index_hash, index_json
 from chatbot.schedule import fitted_to_data, learning_verdict, read_history
 from chatbot.runstate import (BACKUP_DIR, EpochBackup, PromoteFile, clear_leftovers, keep_history, note_crash,
                               prepare_state, state_dir_for)
@@ -78,62 +78,6 @@ def _selection_callbacks(config: ChatbotConfig, model, tokenizer, retriever, val
     if patience:
         chosen.append(keras.callbacks.EarlyStopping(monitor, patience=patience, mode=mode))
     return chosen
-
-
-def _tones(pairs: list[QAPair], config: ChatbotConfig, dropout: float) -> list[int]:
-    """Each pair's tone for its encoder input: its label, or NO_TONE for a `dropout` share of them
-    (seeded), so the model also learns to answer when no tone is asked."""
-    if not config.context.tone:
-        return [NO_TONE] * len(pairs)
-    rng = random.Random(config.train.seed)
-    return [NO_TONE if p.label is None or rng.random() < dropout else p.label for p in pairs]
-
-
-def _with_gold(pairs: list[QAPair], found: list[list[str]], config: ChatbotConfig) -> list[list[str]]:
-    """For a `gold_rate` share of the pairs (seeded), put the pair's own answer in a random slot of its
-    retrieved answers, unless it is already there."""
-    rng = random.Random(config.train.seed + 1)
-    mixed = []
-    for pair, answers in zip(pairs, found):
-        answers = list(answers)
-        if rng.random() < config.context.gold_rate and pair.answer not in answers:
-            answers[rng.randrange(len(answers))] = pair.answer
-        mixed.append(answers)
-    return mixed
-
-
-def training_batches(tokenizer, pairs, config, shuffle, retriever=None, leave_one_out=False, replicas=1):
-    """Batches of `pairs`, their encoder inputs composed as decoding composes them (tone, retrieved
-    answers); training questions retrieve leave-one-out (no pair finds its own row), then a share of
-    them get their own answer among the candidates (`ContextConfig.gold_rate`)."""
-    questions = tokenizer.tokenize([p.question for p in pairs])
-    answers = tokenizer.tokenize([p.answer for p in pairs])
-    k = config.context.retrieved
-    tones = _tones(pairs, config, config.context.tone_dropout if shuffle else 1.0)
-    context = None
-    if k:
-        if leave_one_out:
-            found = _with_gold(pairs, retriever.leave_one_out(pairs, k, tones), config)
-        else:
-            found = [[a.decode("utf-8") for a in row] for row in
-                     retriever.nearest([p.question for p in pairs], k, tones).numpy()]
-        context = tf.RaggedTensor.from_uniform_row_length(tokenizer.tokenize([a for row in found for a in row]),
-                                                          len(found[0]))
-    encoder = encoder_inputs(questions, config.model.max_length, tones if config.context.tone else None, context,
-                             config.model.encoder_length)
-    dataset = make_dataset(questions, answers, max_length=config.model.max_length, batch_size=config.train.batch_size,
-                           shuffle=shuffle, seed=config.train.seed, encoder_ids=encoder, replicas=replicas)
-    return dataset, int((~fits(answers, config.model.max_length)).sum())
-
-
-def context_for(config: ChatbotConfig, pairs: list[QAPair]) -> ChatbotConfig:
-    """The config with what the encoder reads settled by the data: tones only if the data has labels,
-    and room in the encoder for the tone token and the retrieved answers."""
-    context = dataclasses.replace(config.context, tone=config.context.tone and any(p.label is not None for p in pairs))
-    extra = config.model.max_length * context.retrieved + int(context.tone)
-    encoder_length = config.model.max_length + extra if extra else 0
-    return dataclasses.replace(config, context=context,
-                               model=dataclasses.replace(config.model, encoder_length=encoder_length))
 
 
 def seed_generators(seed: int) -> None:
@@ -200,7 +144,9 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
         f"{t.warmup_steps} steps" + (f", peak learning rate {t.peak_learning_rate:.2g}" if t.peak_learning_rate else ""))
     if config.context.retrieved or config.context.tone:
         k = config.context.retrieved
-        retrieved = f" and the answer{'s' if k > 1 else ''} of the {k} nearest training question{'s' if k > 1 else ''}"
+        plural = "s" if k > 1 else ""
+        retrieved = (f" and the {k} nearest training question{plural} with {'their' if k > 1 else 'its'} answer{plural}"
+                     if config.context.questions else f" and the answer{plural} of the {k} nearest training question{plural}")
         log(f"encoder input: the question{', its tone' if config.context.tone else ''}{retrieved if k else ''}"
             f" (up to {config.model.encoder_length} tokens)")
 

@@ -138,11 +138,20 @@ def record_jit_compile(monkeypatch) -> list[bool]:
 
 
 def test_chat_one_shot(tiny_model_dir, capsys, monkeypatch):
-    """One question decodes as a plain graph: an XLA compilation would cost more than the reply."""
-    asked = record_jit_compile(monkeypatch)
+    """One question decodes without XLA and eagerly: compiling, or tracing a graph, costs more than the reply."""
+    import tensorflow as tf
+    from chatbot.generate import Chatbot
+
+    asked, eager, reply_batch = record_jit_compile(monkeypatch), [], Chatbot.reply_batch
+    monkeypatch.setattr(Chatbot, "reply_batch", lambda *args, **options: eager.append(
+        tf.config.functions_run_eagerly()) or reply_batch(*args, **options))
     status, out, _ = main(capsys, "chat", "--model", tiny_model_dir, "--question", "배고파")
     assert status == 0 and out.strip() == "맛있는 거 드세요."
-    assert asked == [False]
+    assert asked == [False] and eager == [True] and not tf.config.functions_run_eagerly()  # graphs for the rest
+
+    question = "오늘 회사에서 혼났어"
+    out = main(capsys, "chat", "--model", tiny_model_dir, "-q", question, "--strategy", "sample", "--seed", "5")[1]
+    assert out.strip() == Chatbot.load(tiny_model_dir, jit_compile=False).reply(question, strategy="sample", seed=5)
 
 
 @pytest.mark.slow  # a TensorFlow subprocess

@@ -185,16 +185,39 @@ def test_warm_up_goes_through_the_graph_requests_run_and_changes_no_reply(tiny_m
 def test_agreement_is_the_token_f1_with_the_retrieved_answers():
     import tensorflow as tf
 
-    from chatbot.decoding import agreement
+    from chatbot.rerank import agreement
     from chatbot.tokenizer import SEPARATOR_ID
 
     encoder = tf.constant([[1, 20, 21, 2, SEPARATOR_ID, 30, 31, 32, 33, 0],   # retrieved answer 30 31 32 33
-                           [1, 20, 30, 2, 0, 0, 0, 0, 0, 0]])                  # no retrieved answer
+                           [1, 20, 30, 2, 0, 0, 0, 0, 0, 0],                   # no retrieved answer
+                           [1, 20, 2, SEPARATOR_ID, 1, 40, 41, 2, 30, 31]])    # neighbour asked 40 41, answered 30 31
     replies = tf.constant([[[30, 31, 2, 0], [40, 41, 2, 0], [30, 31, 32, 33]],
-                           [[30, 31, 2, 0], [20, 2, 0, 0], [30, 0, 0, 0]]])
+                           [[30, 31, 2, 0], [20, 2, 0, 0], [30, 0, 0, 0]],
+                           [[30, 31, 2, 0], [40, 41, 2, 0], [20, 2, 0, 0]]])
     scores = agreement(replies, encoder).numpy()
     assert np.allclose(scores[0], [2 * 1.0 * 0.5 / 1.5, 0.0, 1.0])  # question tokens (20, 21) never count
     assert np.allclose(scores[1], 0.0)
+    assert np.allclose(scores[2], [1.0, 0.0, 0.0])  # nor the neighbour's question
+
+
+def test_beam_consensus_is_the_mean_token_f1_with_the_other_beams():
+    import tensorflow as tf
+
+    from chatbot.rerank import beam_consensus
+
+    replies = tf.constant([[[30, 31, 2, 0], [30, 31, 32, 2], [40, 41, 2, 0]],
+                           [[30, 2, 0, 0], [2, 0, 0, 0], [30, 2, 0, 0]]])
+    scores = beam_consensus(replies).numpy()
+    assert np.allclose(scores[0], [0.8 / 2, 0.8 / 2, 0.0])  # F1 of (30 31) and (30 31 32): 2 * 1 * 2/3 / (5/3)
+    assert np.allclose(scores[1], [0.5, 0.0, 0.5])  # an empty beam shares nothing, itself included
+
+
+def test_mbr_leaves_greedy_alone_and_is_refused_out_of_bounds(tiny_bot):
+    questions = ["처음 보는 질문이에요", "오늘 회사에서 혼났어", *QUESTIONS[:4]]
+    assert tiny_bot.reply_batch(questions, mbr=5.0) == tiny_bot.reply_batch(questions)  # greedy: no beams
+    for bad in (-1.0, 101.0, float("nan")):
+        with pytest.raises(ValueError, match="mbr"):
+            tiny_bot.reply("안녕", strategy="beam", mbr=bad)
 
 
 def test_agreement_moves_beam_search_towards_the_retrieved_answer(tiny_bot):

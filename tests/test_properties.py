@@ -83,7 +83,7 @@ decoding = st.fixed_dictionaries({}, optional={
     "strategy": st.sampled_from(["greedy", "beam", "sample", "nucleus", ""]),
     "max_new_tokens": st.one_of(st.integers(-2, 50), st.integers(2**31 - 2, 2**40)),
     "num_beams": st.sampled_from([-1, 0, 1, 2, 4, 8, 9, 99, 2**31]),
-    "length_penalty": floats, "agreement": floats, "temperature": floats, "top_p": floats, "repetition_penalty": floats,
+    "length_penalty": floats, "agreement": floats, "mbr": floats, "temperature": floats, "top_p": floats, "repetition_penalty": floats,
     "top_k": st.one_of(st.integers(-2, 100), st.integers(2**31 - 2, 2**40)),
     "no_repeat_ngram_size": st.sampled_from([-1, 0, 1, 2, 3, 16, 17, 999]),
     "seed": st.one_of(st.none(), st.integers(-(2**40), 2**40)),

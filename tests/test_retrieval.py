@@ -1,7 +1,9 @@
 """Retrieval inside the graph, the composed encoder input, and tone: checked against plain Python."""
 
+import dataclasses
 import json
 import math
+import random
 from collections import Counter
 
 import numpy as np
@@ -9,11 +11,11 @@ import pytest
 import tensorflow as tf
 
 from chatbot.config import ChatbotConfig, ContextConfig, ModelConfig
+from chatbot.context import answer_likeness, context_for, noised, with_gold_biased, with_own_answer
 from chatbot.data import QAPair, load_pairs, split_by_question
 from chatbot.pipeline import encoder_inputs
-from chatbot.retrieval import Retriever, char_bigrams, index_json
+from chatbot.retrieval import Retriever, char_bigrams, index_json, tf_idf_postings
 from chatbot.tokenizer import END_ID, SEPARATOR_ID, START_ID, TONE_IDS
-from chatbot.train import context_for
 from conftest import ROOT
 
 
@@ -58,8 +60,8 @@ def test_a_training_question_never_retrieves_its_own_row_when_leaving_one_out():
     itself = retriever.nearest(["배고파"], 1).numpy()[0, 0].decode()
     assert itself == "밥 먹어요."  # without leave-one-out the question finds itself
     found = retriever.leave_one_out(pairs, 2, [-1] * len(pairs))
-    for pair, answers in zip(pairs, found):
-        assert pair.answer not in answers, pair
+    for pair, neighbours in zip(pairs, found):
+        assert pair not in neighbours and all(n.question != pair.question for n in neighbours), pair
 
 
 def test_asking_a_tone_prefers_rows_with_that_label():
@@ -73,7 +75,32 @@ def test_asking_a_tone_prefers_rows_with_that_label():
 def test_the_index_round_trips_and_drops_repeated_rows():
     pairs = [QAPair("안녕", "반가워요.", None), QAPair("안녕", "반가워요.", None), QAPair("잘 자", "좋은 꿈!", 1)]
     loaded = Retriever.from_json(index_json(pairs))
-    assert loaded.pairs == [pairs[0], pairs[2]] and len(loaded) == 2
+    assert loaded.pairs == (pairs[0], pairs[2]) and len(loaded) == 2
+
+
+def reference_postings(questions):
+    """The inverted index built the plain way: each bigram's idf, and its (row, weight) postings, bigrams sorted."""
+    docs = [Counter(char_bigrams(q)) for q in questions]
+    df = Counter(g for doc in docs for g in doc)
+    idf = {g: math.log((1 + len(docs)) / (1 + n)) + 1 for g, n in df.items()}
+    postings = {g: [] for g in sorted(df)}
+    for row, doc in enumerate(docs):
+        norm = math.sqrt(sum((count * idf[g]) ** 2 for g, count in doc.items()))
+        for g, count in doc.items():
+            postings[g].append((row, count * idf[g] / norm))
+    return idf, postings
+
+
+def test_the_index_built_with_arrays_is_the_one_built_the_plain_way(bundled_split):
+    questions = [p.question for p in bundled_split[0]] + ["", "ㅋ", "ㅋㅋㅋㅋ", "😀😀 좋아", "가나다 가나다", "a"]
+    keys, idf, starts, rows, weights = tf_idf_postings(questions)
+    expected_idf, postings = reference_postings(questions)
+    assert keys == list(postings)
+    np.testing.assert_allclose(idf, [expected_idf[g] for g in keys], rtol=1e-6)
+    assert starts.tolist() == np.cumsum([0] + [len(p) for p in postings.values()]).tolist()
+    assert rows.tolist() == [row for p in postings.values() for row, _ in p]
+    np.testing.assert_allclose(weights, [w for p in postings.values() for _, w in p], rtol=1e-6)
+    assert tf_idf_postings(["a", "b"])[0] == [""] and tf_idf_postings(["a"])[2].tolist() == [0, 0]  # no bigram at all
 
 
 def test_encoder_input_is_start_tone_question_end_then_a_separator_before_each_answer():
@@ -88,12 +115,25 @@ def test_encoder_input_is_start_tone_question_end_then_a_separator_before_each_a
         [START_ID, 1, 2, 3, 4, END_ID]]
 
 
+def test_a_neighbours_question_comes_between_start_and_end_before_its_answer():
+    question = tf.ragged.constant([[10, 11], [20]])
+    answers = tf.RaggedTensor.from_uniform_row_length(tf.ragged.constant([[30, 31], [40]]), 1)
+    asked = tf.RaggedTensor.from_uniform_row_length(tf.ragged.constant([[50], [60, 61, 62, 63, 64, 65]]), 1)
+    ids = encoder_inputs(question, 6, context_ids=answers, encoder_length=40, context_question_ids=asked)
+    assert ids.to_list() == [
+        [START_ID, 10, 11, END_ID, SEPARATOR_ID, START_ID, 50, END_ID, 30, 31],
+        [START_ID, 20, END_ID, SEPARATOR_ID, START_ID, 60, 61, 62, 63, END_ID, 40]]  # cut as the asked one
+
+
 def test_tone_is_learned_only_from_data_with_labels_and_the_encoder_makes_room():
     config = ChatbotConfig(model=ModelConfig(max_length=10), context=ContextConfig(retrieved=2, tone=True))
     labelled = context_for(config, [QAPair("a", "b", 1)])
     assert labelled.context.tone and labelled.model.encoder_length == 10 + 2 * 10 + 1
     unlabelled = context_for(config, [QAPair("a", "b", None)])
     assert not unlabelled.context.tone and unlabelled.model.encoder_length == 30
+    with_questions = context_for(dataclasses.replace(config, context=ContextConfig(retrieved=2, questions=True)),
+                                 [QAPair("a", "b", None)])
+    assert with_questions.model.encoder_length == 10 + 2 * 2 * 10
     plain = context_for(ChatbotConfig(context=ContextConfig(retrieved=0, tone=False)), [QAPair("a", "b", 1)])
     assert plain.model.encoder_length == 0
 
@@ -115,14 +155,67 @@ def test_a_chatbot_reads_retrieved_answers_and_checks_the_tone(tiny_bot):
             tiny_bot.reply("배고파", tone=bad)
 
 
-def test_gold_answers_join_the_candidates_of_the_asked_share_of_training_pairs():
-    from chatbot.train import _with_gold
-
+def test_own_answers_join_the_candidates_of_the_asked_share_of_training_pairs():
     pairs = [QAPair(f"질문 {i}", f"답 {i}", None) for i in range(400)]
-    found = [["다른 답 a", "다른 답 b"] for _ in pairs]
+    found = [[QAPair("다른 질문", "다른 답 a"), QAPair("또 다른 질문", "다른 답 b")] for _ in pairs]
     for rate in (0.0, 0.5, 1.0):
-        config = ChatbotConfig(context=ContextConfig(gold_rate=rate))
-        mixed = _with_gold(pairs, found, config)
-        share = sum(p.answer in row for p, row in zip(pairs, mixed)) / len(pairs)
+        mixed = with_own_answer(pairs, found, rate, seed=7)
+        share = sum(p in row for p, row in zip(pairs, mixed)) / len(pairs)
         assert abs(share - rate) < 0.08 and all(len(row) == 2 for row in mixed)
-    assert _with_gold(pairs, found, config) == mixed  # seeded
+    assert with_own_answer(pairs, found, 0.5, seed=7) == with_own_answer(pairs, found, 0.5, seed=7)
+
+
+def test_a_neighbour_answering_alike_joins_the_candidates_of_the_asked_share_of_training_pairs():
+    pairs = [QAPair(f"질문 {i}", f"답은 {i}번입니다", None) for i in range(400)]
+    far = [QAPair("먼 질문 a", "전혀 다른 말"), QAPair("먼 질문 b", "상관없는 말")]
+    pools = [far + [QAPair("가까운 질문", f"답은 {i}번입니다!"), QAPair("남", "엉뚱")] for i in range(len(pairs))]
+    for rate in (0.0, 0.5, 1.0):
+        chosen = with_gold_biased(pairs, pools, 2, rate, seed=7)
+        share = sum(any(n.question == "가까운 질문" for n in row) for row in chosen) / len(pairs)
+        assert abs(share - rate) < 0.08 and all(len(row) == 2 for row in chosen)
+        assert all(n.answer != p.answer for p, row in zip(pairs, chosen) for n in row)  # the alike one, not its own
+    assert with_gold_biased(pairs, pools, 2, 0.5, seed=7) == with_gold_biased(pairs, pools, 2, 0.5, seed=7)
+
+
+def test_with_no_neighbour_answering_alike_the_pair_itself_joins_with_its_question_noised():
+    pairs = [QAPair(f"오늘 회의가 너무 길었어 {i}", f"고생 많았어요 {i}", None) for i in range(200)]
+    unlike = [[QAPair("q", "zz"), QAPair("r", "yy"), QAPair("s", "xx")] for _ in pairs]
+    chosen = with_gold_biased(pairs, unlike, 2, 1.0, seed=7)
+    for pair, row in zip(pairs, chosen):
+        own = [n for n in row if n.answer == pair.answer]
+        assert len(own) == 1 and own[0].question != pair.question  # never the tell of its exact question
+        assert set(own[0].question) <= set(pair.question)
+
+
+def test_noising_drops_characters_but_never_everything():
+    rng = random.Random(0)
+    texts = [noised("오늘 회의가 너무 길었어", rng) for _ in range(50)]
+    assert all(t and set(t) <= set("오늘 회의가 너무 길었어") and "  " not in t for t in texts)
+    assert len(set(texts)) > 10 and noised("아", random.Random(1)) == "아"
+
+
+def test_answer_likeness_is_one_for_the_same_text_and_zero_for_nothing_shared():
+    assert answer_likeness("좋아요", "좋아요") == 1.0 and answer_likeness("좋아요", "싫군") == 0.0
+    assert 0 < answer_likeness("정말 좋아요", "좋아요!") < 1 and answer_likeness("아", "아") == 1.0
+
+
+@pytest.mark.slow  # trains a tiny model
+def test_with_questions_each_neighbours_question_is_shown_and_decoding_matches_the_naive_loop(tmp_path):
+    from chatbot.generate import Chatbot
+    from chatbot.train import train
+    from conftest import REPEATS, TINY_PAIRS, tiny_config
+
+    pairs = [QAPair(q, a, label) for q, a, label in TINY_PAIRS]
+    config = dataclasses.replace(tiny_config(epochs=1), context=ContextConfig(retrieved=2, questions=True))
+    train(pairs * (REPEATS // 4), config, tmp_path / "m", verbose=0, log=lambda *_: None)
+    bot = Chatbot.load(tmp_path / "m", jit_compile=False)
+    assert bot.config.context.questions and bot.config.context.retrieved == 2
+    question = "배고파 죽겠어"
+    asked, answers = bot.retriever.neighbours([question], 2)
+    ids = bot.decoder.encoder_ids(tf.constant([question])).to_list()[0]
+    expected = [START_ID, *bot.tokenizer.encode([question])[0], END_ID]
+    for neighbour_question, answer in zip(asked.numpy()[0], answers.numpy()[0]):
+        expected += [SEPARATOR_ID, START_ID, *bot.tokenizer.encode([neighbour_question.decode()])[0], END_ID,
+                     *bot.tokenizer.encode([answer.decode()])[0]]
+    assert ids == expected
+    assert bot.reply(question, candidates=0) == bot.naive_reply(question)

@@ -14,7 +14,7 @@ VOCAB = NUM_SPECIAL + 6
 
 
 def options(**changes):
-    values = dict(steps=10, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0, length_penalty=1.0, agreement=0.0, seed=0)
+    values = dict(steps=10, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0, length_penalty=1.0, agreement=0.0, mbr=0.0, seed=0)
     values.update(changes)
     return Options(*(tf.constant(values[name], tf.float32 if isinstance(values[name], float) else tf.int32)
                      for name in Options._fields))
