@@ -20,6 +20,10 @@ pytest.importorskip("ipykernel")
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "transformer_chatbot.ipynb"
 CELL_TIMEOUT_S = 240
+MIN_FIGURES = 8
+# What TensorFlow and SentencePiece print from C++ at start-up; the notebook imports them quietly.
+START_UP_NOISE = re.compile(r"absl::InitializeLog|cuInit|cuda_platform|cudart_stub|oneDNN|rebuild TensorFlow|"
+                            r"precompiled_charsmap")
 
 
 def code_cells(notebook):
@@ -45,6 +49,11 @@ def text_of(cell) -> str:
 def shown_figures(cell) -> int:
     """Figures a cell shows: pyplot's `plt.show()` or a `chatbot.plots` figure passed to `display`."""
     return cell.source.count("plt.show()") + cell.source.count("display(figure)")
+
+
+def stderr_of(notebook) -> str:
+    return "".join(output.text for cell in code_cells(notebook) for output in cell.outputs
+                   if output.output_type == "stream" and output.name == "stderr")
 
 
 def image_count(notebook) -> int:
@@ -91,9 +100,20 @@ def test_notebook_defines_no_classes_and_imports_the_package(source_notebook):
 def test_notebook_is_committed_with_outputs(source_notebook):
     """Browsing the repository shows the plots without running anything."""
     plots = sum(shown_figures(cell) for cell in code_cells(source_notebook))
-    assert plots >= 5
+    assert plots >= MIN_FIGURES
     assert image_count(source_notebook) >= plots
     assert all(cell.execution_count for cell in code_cells(source_notebook))
+    assert not START_UP_NOISE.search(stderr_of(source_notebook))
+
+
+def test_table_of_contents_lists_every_chapter_and_headings_start_cells(source_notebook):
+    markdown = [cell.source for cell in source_notebook.cells if cell.cell_type == "markdown"]
+    listed = [int(n) for n in re.findall(r"^\| (\d+) \|", markdown[0], re.M)]
+    chapters = [int(n) for text in markdown for n in re.findall(r"^## (\d+)\.", text, re.M)]
+    assert chapters == listed == list(range(len(listed)))
+    for text in markdown:
+        prose = re.sub(r"```.*?```", "", text, flags=re.S)  # a comment line in a code block is no heading
+        assert not re.search(r"\n#{1,4} ", prose), f"a heading in the middle of a cell: {text[:60]!r}"
 
 
 @pytest.mark.slow  # executes the notebook
@@ -105,7 +125,12 @@ def test_notebook_runs_without_errors(executed):
 @pytest.mark.slow  # executes the notebook
 def test_every_plot_is_drawn(executed):
     plots = sum(shown_figures(cell) for cell in code_cells(executed))
-    assert image_count(executed) >= plots >= 5
+    assert image_count(executed) >= plots >= MIN_FIGURES
+
+
+@pytest.mark.slow  # executes the notebook
+def test_no_start_up_noise(executed):
+    assert not START_UP_NOISE.search(stderr_of(executed))
 
 
 @pytest.mark.slow  # executes the notebook
