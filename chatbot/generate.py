@@ -193,6 +193,7 @@ class Chatbot:
         check_questions([text])
         encoder_ids = self.decoder.encoder_ids(tf.constant([text]), tf.constant(self.tone_ids(tone, 1))).to_tensor()
         reply_ids = _trim(self.reply_ids([text], tone))[0] if reply is None else self.tokenizer.encode([reply])[0]
+        reply_ids = list(reply_ids)[:self.decoder.max_length - 1]  # the start token and the reply share the positions
         decoder_ids = tf.constant([[START_ID, *reply_ids]], tf.int32)
         memory = self.model.encode(encoder_ids, training=False)
         _, attention = self.model.decode(decoder_ids, memory, padding_mask(encoder_ids), return_attention=True)

@@ -55,6 +55,21 @@ class Transformer(keras.Model):
     def head_depth(self):
         return self.d_model // self.num_heads
 
+    def build(self, input_shape):
+        """Build every sublayer from the (encoder, decoder) id shapes. Without it Keras builds the model by
+        running it symbolically, on every load too: about a second of a one-question `chat -q`."""
+        encoder_shape, decoder_shape = (tuple(shape) for shape in input_shape)
+        memory_shape, hidden_shape = (*encoder_shape, self.d_model), (*decoder_shape, self.d_model)
+        self.encoder_embedding.build(encoder_shape)
+        self.decoder_embedding.build(decoder_shape)
+        for layer in self.encoder_layers:
+            layer.build(memory_shape)
+        for layer in self.decoder_layers:
+            layer.build(hidden_shape, memory_shape)
+        if self.final_dense is not None:
+            self.final_dense.build(hidden_shape)
+        self.built = True
+
     def encode(self, encoder_inputs, training=None):
         """Ids (batch, src_len) -> memory (batch, src_len, d_model)."""
         mask = padding_mask(encoder_inputs)

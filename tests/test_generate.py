@@ -129,6 +129,12 @@ def test_attention_shapes_and_rows_sum_to_one(tiny_bot):
     assert "<pad>" not in result["question_tokens"]  # the plot shows what the model read, not the XLA padding
 
 
+def test_attention_of_a_reply_as_long_as_the_model_allows_still_fits_its_positions(tiny_bot):
+    longest = tiny_bot.config.model.max_length
+    result = tiny_bot.attention("배고파", reply="맛있는 거 드세요 " * longest)  # far more tokens than positions
+    assert result["weights"].shape[2] == len(result["reply_tokens"]) == longest  # start + reply, then the end
+
+
 def test_bad_decoding_options_are_rejected(tiny_bot):
     with pytest.raises(ValueError):
         tiny_bot.reply("안녕", strategy="nucleus")
