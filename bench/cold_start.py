@@ -22,7 +22,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from common import ROOT
+from common import ROOT, stop
 from load_app import WARM_LINE, HttpClient, ask, free_port
 
 # Five questions from a word to the app's 200-character clip, so they meet different encoder lengths.
@@ -104,12 +104,7 @@ def measure_app(model: str, timeout: float) -> bool:
             warmed = WARM_LINE in Path(log.name).read_bytes()
             print(f"  the background XLA warm-up was {'done' if warmed else 'still running'} by then", flush=True)
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
     met = "yes" if answered and in_time else "no"
     print(f"  every reply within {REPLY_TARGET:.0f} s of the page: {met}", flush=True)
     return answered

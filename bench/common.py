@@ -5,6 +5,7 @@ Scripts run as `python bench/<name>.py`, so this directory is on `sys.path` and 
 """
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -42,3 +43,13 @@ def parse_decode(text: str) -> dict:
         name, _, value = item.partition("=")
         options[name] = value if name == "strategy" else json.loads(value)
     return options
+
+
+def stop(process: subprocess.Popen) -> None:
+    """End a server started for a benchmark: ask it to stop, kill it if it has not within 30 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import BUNDLED_DATA, ROOT
+from common import BUNDLED_DATA, ROOT, stop
 
 # (what it is, the request's changes to a valid one, what the app must do with it)
 BAD_REQUESTS = [
@@ -317,12 +317,7 @@ def main(argv=None) -> int:
             after = ask(make_client(), {"message": "배고파"})
             print(f"after the bursts: {after[0]} in {after[1]:.2f} s {after[2]}".rstrip(), flush=True)
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
     return 1 if any(o.failed for o in outcomes) or after[0] != "answered" else 0
 
 
