@@ -58,8 +58,13 @@ def _decoding(args) -> dict:
     return {**decoding, "tone": args.tone}
 
 
+def program_name() -> str:
+    """How the user started us: `chatbot` (the installed command) or `python -m chatbot`."""
+    return "chatbot" if Path(sys.argv[0]).name == "chatbot" else "python -m chatbot"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m chatbot", description="Korean transformer chatbot (한국어 트랜스포머 챗봇).")
+    parser = Parser(prog=program_name(), description="Korean transformer chatbot (한국어 트랜스포머 챗봇).")
     parser.add_argument("--version", action="version", version=f"chatbot {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -205,7 +210,7 @@ def run_train(args) -> None:
         shutil.rmtree(out, ignore_errors=True)
         print(f"worker {role.index} done: the chief saves the model at its --out")
         return
-    print(f"saved: {out}\ntry it: python -m chatbot chat --model {out}")
+    print(f"saved: {out}\ntry it: {program_name()} chat --model {out}")
 
 
 def run_chat(args) -> None:
@@ -259,7 +264,7 @@ def run_export(args) -> None:
 
 def run_download(args) -> None:
     path = download_chatbot_data(args.out, overwrite=args.overwrite, url=args.url, sha256=args.sha256)
-    print(f"saved: {path}\ntrain on it: python -m chatbot train --data {path} --out models/chatbotdata")
+    print(f"saved: {path}\ntrain on it: {program_name()} train --data {path} --out models/chatbotdata")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,6 +43,15 @@ def test_every_command_has_help(command, capsys):
     assert exit_info.value.code == 0 and "usage:" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("started_as, name", [("/venv/bin/chatbot", "chatbot"),
+                                              ("/repo/chatbot/__main__.py", "python -m chatbot")])
+def test_help_names_the_command_the_way_it_was_started(started_as, name, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [started_as])
+    with pytest.raises(SystemExit):
+        cli.main(["chat", "--help"])
+    assert capsys.readouterr().out.startswith(f"usage: {name} chat")
+
+
 def bad_csvs(tmp_path):
     cp949 = tmp_path / "cp949_no_answer.csv"
     cp949.write_bytes("질문,라벨\n배고파,0\n".encode("cp949"))
