@@ -257,14 +257,12 @@ def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, "Tokenizer", "keras
 
     import chatbot.model  # noqa: F401  (registers the layers for deserialization)
     from chatbot.retrieval import Retriever
-    from chatbot.startup import native_notes_quieted
     from chatbot.tokenizer import Tokenizer
 
     config = check_model_dir(path)
     try:
         model = keras.saving.load_model(Path(path) / MODEL_FILE, compile=False, safe_mode=True)
-        with native_notes_quieted():  # SentencePiece notes its normalisation in C++ when the tokenizer is made
-            tokenizer = Tokenizer.load(Path(path) / TOKENIZER_FILE)
+        tokenizer = Tokenizer.load(Path(path) / TOKENIZER_FILE)
         retriever = Retriever.load(Path(path) / INDEX_FILE) if config.context.retrieved else None
     except Exception as error:
         detail = " ".join(str(error).split())[:300]

@@ -1,8 +1,8 @@
 """Loading TensorFlow and a model without their start-up noise.
 
 Owns: `import_tensorflow_quietly`, which the CLI and the web app call before their first TensorFlow use, and
-`native_notes_quieted`, which the model loader wraps around the tokenizer. TensorFlow prints lines before its
-logging is set up ("All log messages before absl::InitializeLog()", oneDNN and CUDA-driver notes, and on a
+`native_notes_quieted`, which `chatbot.tokenizer` wraps around making a SentencePiece op. TensorFlow prints
+lines before its logging is set up ("All log messages before absl::InitializeLog()", oneDNN and CUDA-driver notes, and on a
 machine without a GPU "failed call to cuInit"), and SentencePiece notes how it normalises when a tokenizer is
 made ("normalizer.cc(51) LOG(INFO) precompiled_charsmap is empty"); newcomers read them as failures. They are
 written by C++ straight to the process's standard error, so those steps run with that stream captured; every

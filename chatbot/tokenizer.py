@@ -18,6 +18,7 @@ import sentencepiece
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from chatbot.startup import native_notes_quieted
 from chatbot.text import CONTROL_CHARS, WHITESPACE_RUN
 
 PAD_ID, START_ID, END_ID, UNK_ID = 0, 1, 2, 3
@@ -47,7 +48,8 @@ class Tokenizer:
 
     def __init__(self, model_proto: bytes):
         self.model_proto = model_proto
-        self.sp = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.int32)
+        with native_notes_quieted():  # SentencePiece notes its normalisation rule in C++ each time one is made
+            self.sp = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.int32)
         self.vocab_size = int(self.sp.vocab_size())
         self.vocab_hash = hashlib.sha256(model_proto).hexdigest()
         self._pieces = None  # id -> piece text, filled on first use (streaming)

@@ -65,3 +65,10 @@ def test_joined_pieces_read_as_the_detokenized_ids(tokenizer, ids):
     """Streaming builds the text piece by piece in Python; it must read as the graph's detokenize."""
     ids = [i % tokenizer.vocab_size for i in ids if i % tokenizer.vocab_size >= NUM_SPECIAL]
     assert tokenizer.join_pieces([tokenizer.piece_text(i) for i in ids]) == tokenizer.decode([ids])[0]
+
+
+def test_learning_a_vocabulary_prints_nothing_to_standard_error(capfd):
+    """SentencePiece notes its normalisation rule from C++ each time a tokenizer op is made; `train` and
+    every model load make one."""
+    Tokenizer.train(["안녕하세요", "반가워요", "오늘 날씨 좋네요"] * 20, vocab_size=60)
+    assert "LOG(INFO)" not in capfd.readouterr().err
