@@ -247,12 +247,12 @@ def refit_rerank(bot, train_pairs):
     from chatbot.data import split_by_question
     from chatbot.generate import Chatbot
     from chatbot.retrieval import Retriever
-    from chatbot.train import fit_rerank
+    from chatbot.evaluate import fit_rerank
 
     started = cpu_minutes()
     fit_pairs, val_pairs = split_by_question(train_pairs, bot.config.data.val_fraction, bot.config.data.seed)
-    weights = fit_rerank(bot.model, bot.tokenizer, bot.config, Retriever(fit_pairs), val_pairs,
-                         log=lambda line: print(f"  ours: {line}", flush=True))
+    fitting = Chatbot(bot.model, bot.tokenizer, bot.config, retriever=Retriever(fit_pairs), jit_compile=False)
+    weights = fit_rerank(fitting, val_pairs, log=lambda line: print(f"  ours: {line}", flush=True))
     print(f"  ours: fitting took {cpu_minutes() - started:.1f} CPU min", flush=True)
     return Chatbot(bot.model, bot.tokenizer, dataclasses.replace(bot.config, rerank=weights), bot.path, bot.retriever)
 

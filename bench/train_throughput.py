@@ -53,7 +53,7 @@ def main():
     from chatbot.model import Transformer
     from chatbot.pipeline import make_dataset
     from chatbot.retrieval import Retriever
-    from chatbot.train import context_for, training_batches
+    from chatbot.context import context_for, training_batches
 
     pairs, tokenizer, questions, answers = tokenized_pairs(args.data, 8000)
     _, own_tokenizer, own_questions, own_answers = tokenized_pairs(args.data, 4000)
