@@ -154,6 +154,7 @@ RERANK_GRID = [(similarity, consensus, likelihood) for similarity in (1, 4, 16, 
 
 RERANK_FIT_CANDIDATES = 8  # retrieved answers weighed when the rerank weights are fitted (`candidates`' usual count)
 
+
 def fit_rerank_weights(bot, questions: list[str], references: list[str], batch_size: int = 64):
     """The `RerankConfig` whose replies to these (validation) questions score the best chrF against their
     references, and that chrF: among the defaults and RERANK_GRID, the defaults unless a grid point does

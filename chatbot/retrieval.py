@@ -126,15 +126,20 @@ class Retriever(tf.Module):
 
     def neighbours(self, texts, k: int, tones=None, leave_one_out: bool = False, similarity=None):
         """`nearest`, with the question each answer was given to: questions and answers, strings (batch, k')."""
-        top = self.ranked(texts, k, tones, leave_one_out, similarity=similarity, rows=True)
+        top, _ = self.top_rows(texts, k, tones, leave_one_out, similarity=similarity)
         return tf.gather(self.questions, top), tf.gather(self.answers, top)
 
     def ranked(self, texts, k: int, tones=None, leave_one_out: bool = False, only_tone: bool = False,
-               similarity=None, rows: bool = False):
+               similarity=None):
         """`nearest`, with each answer's question's similarity score (without the tone's bonus): answers
         (batch, k') strings and scores (batch, k') float32, k' = min(k, pairs). `only_tone`: rows of the
-        asked tone come first, however far, instead of getting TONE_BONUS. `rows`: the rows' indices
-        (batch, k') int32 instead."""
+        asked tone come first, however far, instead of getting TONE_BONUS."""
+        top, similarity = self.top_rows(texts, k, tones, leave_one_out, only_tone, similarity)
+        return tf.gather(self.answers, top), tf.gather(similarity, top, batch_dims=1)
+
+    def top_rows(self, texts, k: int, tones=None, leave_one_out: bool = False, only_tone: bool = False,
+                 similarity=None):
+        """The rows `ranked` ranks first (batch, k') int32, and the questions' similarity to every row."""
         texts = tf.convert_to_tensor(texts, tf.string)
         similarity = scores = self.similarity(texts) if similarity is None else similarity
         if tones is not None:
@@ -147,15 +152,12 @@ class Retriever(tf.Module):
                 scores = similarity + TONE_BONUS * tf.cast(same, scores.dtype)
         if leave_one_out:
             scores = tf.where(self.questions[None] == normalize_tf(texts)[:, None], -1e9, scores)
-        top = tf.math.top_k(scores, k=min(k, len(self.pairs))).indices
-        if rows:
-            return top
-        return tf.gather(self.answers, top), tf.gather(similarity, top, batch_dims=1)
+        return tf.math.top_k(scores, k=min(k, len(self.pairs))).indices, similarity
 
     def leave_one_out(self, pairs: list[QAPair], k: int, tones, batch_size: int = 256) -> list[list[QAPair]]:
         """`neighbours` for many training questions, in batches, none with the question's own text:
         (len(pairs), k') pairs, nearest first."""
-        lookup = tf.function(lambda t, s: self.ranked(t, k, s, leave_one_out=True, rows=True), autograph=False)
+        lookup = tf.function(lambda t, s: self.top_rows(t, k, s, leave_one_out=True)[0], autograph=False)
         found = []
         for first in range(0, len(pairs), batch_size):
             chunk = [p.question for p in pairs[first:first + batch_size]]
