@@ -91,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--dropout", type=float, default=m.dropout)
     train.add_argument("--shared-embeddings", action="store_true",
                        help="the output layer is the decoder's token embedding, transposed (fewer weights)")
+    train.add_argument("--copy-head", action="store_true",
+                       help="a pointer-generator output that may copy the retrieved answers token by token")
     train.add_argument("--warmup-steps", type=int,
                        help=f"steps of rising learning rate ({AUTO}: 4,000, or a fifth of a shorter run)")
     train.add_argument("--peak-learning-rate", type=float, default=t.peak_learning_rate, metavar="LR",
@@ -174,7 +176,7 @@ def run_train(args) -> None:
         config = ChatbotConfig(
             model=ModelConfig(num_layers=args.num_layers, d_model=args.d_model, num_heads=args.num_heads,
                               dff=args.dff, dropout=args.dropout, max_length=args.max_length,
-                              shared_embeddings=args.shared_embeddings),
+                              shared_embeddings=args.shared_embeddings, copy_head=args.copy_head),
             tokenizer=TokenizerConfig(vocab_size=args.vocab_size),
             context=ContextConfig(retrieved=args.retrieved, tone=args.tone, questions=args.neighbour_questions),
             data=DataConfig(paths=tuple(map(str, args.data)), val_fraction=args.val_fraction, seed=args.seed),

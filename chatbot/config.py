@@ -31,6 +31,7 @@ class ModelConfig:
     max_length: int = 40  # longest question and reply, in tokens
     encoder_length: int = 0  # longest encoder input (question, tone, retrieved answers); 0: max_length
     shared_embeddings: bool = False  # output layer = the decoder's token embedding, transposed
+    copy_head: bool = False  # a pointer-generator output that may copy the retrieved answers' tokens
 
     def __post_init__(self):
         if self.d_model % self.num_heads:

@@ -17,7 +17,6 @@ import tensorflow as tf
 
 from chatbot.compiled import CompiledCache
 from chatbot.config import NO_CONTEXT, ContextConfig, GenerationConfig, RerankConfig
-from chatbot.layers import padding_mask
 from chatbot.pipeline import bucket, encoder_inputs
 from chatbot.rerank import Features, agreement, beam_consensus, choose, features
 from chatbot.samplers import NEG_INF, GreedySampler, Sampler, process_logits, sampler_for
@@ -56,7 +55,7 @@ class State(NamedTuple):
     scores: tf.Tensor  # (rows,) summed log-probability of each reply
     self_cache: tf.Tensor
     cross_cache: tf.Tensor
-    memory_mask: tf.Tensor
+    encoder_ids: tf.Tensor  # (rows, src_len): what the decoder attends to and may copy from
 
 
 class CachedDecoder:
@@ -134,13 +133,13 @@ class CachedDecoder:
         scores = tf.where(tf.range(rows) % num_beams == 0, 0.0, NEG_INF)
         seen = tf.zeros([rows, self.model.vocab_size], tf.bool)
         return State(tf.constant(0), tokens, tf.zeros([rows], tf.bool), seen, scores, self_cache, cross_cache,
-                     padding_mask(encoder_ids))
+                     encoder_ids)
 
     def step(self, state: State, options: Options, sampler: Sampler, no_repeat_ngram_size: int) -> State:
         """Feed the last token, let the sampler choose the next one, write it at index + 1."""
         last = tf.gather(state.tokens, [state.index], axis=1)
         logits, self_cache = self.model.decode_step(last, state.index, state.self_cache, state.cross_cache,
-                                                    state.memory_mask)
+                                                    state.encoder_ids)
         logits = process_logits(logits, state.tokens, state.index, state.seen, state.finished,
                                 options.repetition_penalty, no_repeat_ngram_size)
         chosen, parents, scores = sampler.next(logits, state.scores, state.index, options)

@@ -20,7 +20,6 @@ from chatbot.artifacts import load_model_dir
 from chatbot.config import TONES, ChatbotConfig, GenerationConfig
 from chatbot.compiled import CompiledCache
 from chatbot.decoding import BATCH_BUCKETS, COMPILED_KEPT, CachedDecoder, Options
-from chatbot.layers import padding_mask
 from chatbot.samplers import sampler_for, suppress_special
 from chatbot.text import check_questions
 from chatbot.tokenizer import END_ID, PAD_ID, START_ID, Tokenizer
@@ -196,7 +195,7 @@ class Chatbot:
         reply_ids = list(reply_ids)[:self.decoder.max_length - 1]  # the start token and the reply share the positions
         decoder_ids = tf.constant([[START_ID, *reply_ids]], tf.int32)
         memory = self.model.encode(encoder_ids, training=False)
-        _, attention = self.model.decode(decoder_ids, memory, padding_mask(encoder_ids), return_attention=True)
+        _, attention = self.model.decode(decoder_ids, memory, encoder_ids, return_attention=True)
         weights = np.stack([w[0].numpy() for w in attention])  # (layers, heads, reply+1, question)
         return {"reply": self.tokenizer.decode([reply_ids])[0],
                 "question_tokens": self.tokenizer.pieces(encoder_ids[0].numpy()),

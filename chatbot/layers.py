@@ -220,3 +220,46 @@ class DecoderLayer(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads,
                 "dff": self.dff, "dropout": self.dropout}
+
+
+@register
+class CopyHead(keras.layers.Layer):
+    """Pointer-generator output (See et al. 2017): the vocabulary distribution mixed, position by position,
+    with one attention over the encoder positions the reply may copy from (the retrieved answers), so copying
+    a fluent answer token by token is one easy decision and a blend of two is not.
+
+    `project_key(memory)` gives the attention's keys (batch, src_len, d_model) once per question;
+    `call(x, logits, keys, encoder_ids, copyable)` gives float32 log-probabilities (batch, len, vocab) of
+    (1 - gate) * softmax(logits) + gate * copy, where `copy` sums the attention over positions holding each
+    token. Rows with no copyable position get gate 0: the plain vocabulary distribution.
+    """
+
+    def __init__(self, d_model, vocab_size, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model, self.vocab_size = d_model, vocab_size
+        self.query_dense = keras.layers.Dense(d_model, dtype=self.dtype_policy, name="query")
+        self.key_dense = keras.layers.Dense(d_model, dtype=self.dtype_policy, name="key")
+        self.gate_dense = keras.layers.Dense(1, dtype="float32", name="gate")
+
+    def build(self, x_shape, memory_shape=None):
+        self.query_dense.build(x_shape)
+        self.key_dense.build(memory_shape or x_shape)
+        self.gate_dense.build(x_shape)
+        super().build(x_shape)
+
+    def project_key(self, memory):
+        return self.key_dense(memory)
+
+    def call(self, x, logits, keys, encoder_ids, copyable):
+        query = self.query_dense(x)
+        scores = ops.cast(ops.einsum("bqd,bkd->bqk", query, keys), "float32") / math.sqrt(self.d_model)
+        scores = ops.where(copyable[:, None, :], scores, -1e9)
+        weights = ops.softmax(scores, axis=-1)  # (batch, len, src_len)
+        copy = ops.einsum("bqk,bkv->bqv", weights, ops.one_hot(encoder_ids, self.vocab_size, dtype="float32"))
+        has_source = ops.cast(ops.any(copyable, axis=-1), "float32")[:, None, None]
+        gate = ops.sigmoid(self.gate_dense(ops.cast(x, "float32"))) * has_source  # (batch, len, 1)
+        mixed = (1.0 - gate) * ops.softmax(ops.cast(logits, "float32"), axis=-1) + gate * copy
+        return ops.log(mixed + 1e-9)
+
+    def get_config(self):
+        return {**super().get_config(), "d_model": self.d_model, "vocab_size": self.vocab_size}

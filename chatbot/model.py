@@ -11,8 +11,9 @@ import keras
 from keras import ops
 
 from chatbot.config import ModelConfig
-from chatbot.layers import (DecoderLayer, EncoderLayer, PositionalEmbedding, causal_mask, padding_mask,
+from chatbot.layers import (CopyHead, DecoderLayer, EncoderLayer, PositionalEmbedding, causal_mask, padding_mask,
                             register)
+from chatbot.pipeline import answer_positions
 
 
 @register
@@ -21,15 +22,17 @@ class Transformer(keras.Model):
     and (batch, <= max_length). Returns float32 logits (batch, decoder_len, vocab_size).
     `encoder_length` (default `max_length`) leaves room for retrieved answers after the question.
     `shared_embeddings`: the output layer is the decoder's token embedding, transposed (Press & Wolf
-    2017; the paper's weight sharing), instead of a Dense layer of its own."""
+    2017; the paper's weight sharing), instead of a Dense layer of its own.
+    `copy_head`: a pointer-generator output (`CopyHead`) that may copy tokens of the retrieved answers;
+    its "logits" are then log-probabilities, which every softmax, loss and sampler reads alike."""
 
     def __init__(self, vocab_size, num_layers=4, d_model=128, num_heads=4, dff=512, dropout=0.1,
-                 max_length=40, encoder_length=None, shared_embeddings=False, **kwargs):
+                 max_length=40, encoder_length=None, shared_embeddings=False, copy_head=False, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size, self.num_layers, self.d_model = vocab_size, num_layers, d_model
         self.num_heads, self.dff, self.dropout, self.max_length = num_heads, dff, dropout, max_length
         self.encoder_length = encoder_length or max_length
-        self.shared_embeddings = shared_embeddings
+        self.shared_embeddings, self.has_copy_head = shared_embeddings, copy_head
         policy = self.dtype_policy
         self.encoder_embedding = PositionalEmbedding(vocab_size, d_model, self.encoder_length, dtype=policy,
                                                      name="encoder_embedding")
@@ -44,12 +47,13 @@ class Transformer(keras.Model):
         # Logits in float32 so the softmax and the loss stay exact under mixed precision.
         self.final_dense = None if shared_embeddings else keras.layers.Dense(vocab_size, dtype="float32",
                                                                               name="logits")
+        self.copy_head = CopyHead(d_model, vocab_size, dtype=policy, name="copy_head") if copy_head else None
 
     @classmethod
     def from_config_dataclass(cls, config: ModelConfig, **kwargs) -> "Transformer":
         return cls(config.vocab_size, config.num_layers, config.d_model, config.num_heads, config.dff,
                    config.dropout, config.max_length, config.encoder_length or None, config.shared_embeddings,
-                   **kwargs)
+                   config.copy_head, **kwargs)
 
     @property
     def head_depth(self):
@@ -68,6 +72,8 @@ class Transformer(keras.Model):
             layer.build(hidden_shape, memory_shape)
         if self.final_dense is not None:
             self.final_dense.build(hidden_shape)
+        if self.copy_head is not None:
+            self.copy_head.build(hidden_shape, memory_shape)
         self.built = True
 
     def encode(self, encoder_inputs, training=None):
@@ -78,19 +84,35 @@ class Transformer(keras.Model):
             x = layer(x, mask, training=training)
         return x
 
-    def decode(self, decoder_inputs, memory, memory_mask, training=None, return_attention=False, cross_cache=None):
+    def decode(self, decoder_inputs, memory, encoder_ids, training=None, return_attention=False, cross_cache=None):
         """Teacher-forced decoder over a whole target prefix -> logits (and per-layer cross-attention).
+        `encoder_ids`: the ids `memory` was encoded from (their padding is masked, their answers copied).
         `cross_cache`: memory's keys and values (`cross_cache`), if the caller has them; then `memory` is
         not read (pass None)."""
-        self_mask = causal_mask(decoder_inputs)
+        x, attention = self.decode_hidden(decoder_inputs, memory, encoder_ids, training, cross_cache)
+        copy_keys = None
+        if self.copy_head is not None:
+            copy_keys = self.copy_head.project_key(memory) if cross_cache is None else self.copy_keys(cross_cache)
+        logits = self.predictions(x, encoder_ids, copy_keys)
+        return (logits, attention) if return_attention else logits
+
+    def decode_hidden(self, decoder_inputs, memory, encoder_ids, training=None, cross_cache=None):
+        """The decoder layers alone: the last one's output (batch, len, d_model) and every layer's cross-attention."""
+        memory_mask, self_mask = padding_mask(encoder_ids), causal_mask(decoder_inputs)
         x = self.decoder_dropout(self.decoder_embedding(decoder_inputs), training=training)
         attention = []
         for i, layer in enumerate(self.decoder_layers):
             key_value = None if cross_cache is None else (cross_cache[:, i, 0], cross_cache[:, i, 1])
             x, weights = layer(x, memory, self_mask, memory_mask, training=training, cross_key_value=key_value)
             attention.append(weights)
+        return x, attention
+
+    def predictions(self, x, encoder_ids, copy_keys=None):
+        """Decoder output (batch, len, d_model) -> float32 logits, or with the copy head log-probabilities."""
         logits = self.logits(x)
-        return (logits, attention) if return_attention else logits
+        if self.copy_head is None:
+            return logits
+        return self.copy_head(x, logits, copy_keys, encoder_ids, answer_positions(encoder_ids))
 
     def logits(self, x):
         """Decoder output (batch, len, d_model) -> float32 logits (batch, len, vocab_size)."""
@@ -101,7 +123,7 @@ class Transformer(keras.Model):
     def call(self, inputs, training=None):
         encoder_inputs, decoder_inputs = inputs
         memory = self.encode(encoder_inputs, training=training)
-        return self.decode(decoder_inputs, memory, padding_mask(encoder_inputs), training=training)
+        return self.decode(decoder_inputs, memory, encoder_inputs, training=training)
 
     def init_cache(self, memory, max_length=None):
         """Empty self-attention cache (batch, layers, 2, max_length, heads, depth) and the
@@ -114,19 +136,30 @@ class Transformer(keras.Model):
                          dtype=self.compute_dtype)
 
     def cross_cache(self, memory):
-        """The cross-attention keys/values of `memory`, every layer's (batch, layers, 2, src_len, heads, depth)."""
+        """The cross-attention keys/values of `memory`, every layer's (batch, layers, 2, src_len, heads, depth);
+        with the copy head, one more "layer" holds its keys (twice, to keep the shape)."""
         cross = [ops.stack(layer.cross_attention.project_key_value(memory), axis=1) for layer in self.decoder_layers]
+        if self.copy_head is not None:
+            keys = self.decoder_layers[0].cross_attention.split_heads(self.copy_head.project_key(memory))
+            cross.append(ops.stack([keys, keys], axis=1))
         return ops.stack(cross, axis=1)
 
-    def decode_step(self, token_ids, index, self_cache, cross_cache, memory_mask, return_attention=False):
+    def copy_keys(self, cross_cache):
+        """The copy head's keys (batch, src_len, d_model), from `cross_cache`."""
+        keys = cross_cache[:, self.num_layers, 0]
+        return ops.reshape(keys, (ops.shape(keys)[0], ops.shape(keys)[1], self.d_model))
+
+    def decode_step(self, token_ids, index, self_cache, cross_cache, encoder_ids, return_attention=False):
         """One decoder position: token_ids (batch, 1) at `index` -> logits (batch, vocab), updated cache."""
         x = self.decoder_embedding(token_ids, start=index)
+        memory_mask = padding_mask(encoder_ids)
         layer_caches, attention = [], []
         for i, layer in enumerate(self.decoder_layers):
             x, weights, layer_cache = layer.step(x, index, self_cache[:, i], cross_cache[:, i], memory_mask)
             layer_caches.append(layer_cache)
             attention.append(weights)
-        logits = self.logits(x)[:, 0]
+        copy_keys = None if self.copy_head is None else self.copy_keys(cross_cache)
+        logits = self.predictions(x, encoder_ids, copy_keys)[:, 0]
         self_cache = ops.stack(layer_caches, axis=1)
         return (logits, self_cache, attention) if return_attention else (logits, self_cache)
 
@@ -161,4 +194,4 @@ class Transformer(keras.Model):
         return {**super().get_config(), "vocab_size": self.vocab_size, "num_layers": self.num_layers,
                 "d_model": self.d_model, "num_heads": self.num_heads, "dff": self.dff,
                 "dropout": self.dropout, "max_length": self.max_length, "encoder_length": self.encoder_length,
-                "shared_embeddings": self.shared_embeddings}
+                "shared_embeddings": self.shared_embeddings, "copy_head": self.has_copy_head}

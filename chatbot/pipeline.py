@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from chatbot.tokenizer import END_ID, SEPARATOR_ID, START_ID, TONE_IDS
+from chatbot.tokenizer import END_ID, NUM_SPECIAL, SEPARATOR_ID, START_ID, TONE_IDS
 
 # Widths a batch side is padded up to (its longest row's length, rounded up to one of these), so a
 # compiled train step sees a bounded set of shapes.
@@ -56,6 +56,16 @@ def encoder_inputs(question_ids: tf.RaggedTensor, max_length: int, tones=None, c
         regrouped = tf.RaggedTensor.from_row_lengths(separated, context_ids.row_lengths())  # (batch, k, None)
         ids = tf.concat([ids, regrouped.merge_dims(1, 2)], axis=1)
     return ids[:, : encoder_length or max_length]
+
+
+def answer_positions(encoder_ids):
+    """Where the retrieved answers sit in encoder inputs (batch, src_len): True after the first separator,
+    outside any neighbour's `[start] question [end]`, and never on a special token."""
+    def count(token, exclusive=False):
+        return tf.cumsum(tf.cast(encoder_ids == token, tf.int32), axis=1, exclusive=exclusive)
+
+    answer = (count(SEPARATOR_ID) > 0) & (count(START_ID) <= count(END_ID, exclusive=True))
+    return answer & (encoder_ids >= NUM_SPECIAL)
 
 
 def bucket(size, buckets):

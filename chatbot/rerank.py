@@ -17,9 +17,9 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from chatbot.config import RerankConfig
-from chatbot.layers import padding_mask
+from chatbot.pipeline import answer_positions
 from chatbot.samplers import NEG_INF
-from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID, SEPARATOR_ID, START_ID
+from chatbot.tokenizer import NUM_SPECIAL, PAD_ID, START_ID
 
 RERANK_WIDTH = 12  # reply tokens the teacher-forced pass reads (see `mean_log_likelihood`)
 SHORTLIST = 4  # retrieved answers whose likelihood the pass computes: the best by the other features (see `shortlist`)
@@ -94,7 +94,7 @@ def mean_log_likelihood(model, replies, encoder_ids, cross_cache):
     choices for 1,456 held-out questions, at the same chrF), and a longer one is judged by its beginning."""
     ids = replies[:, :min(RERANK_WIDTH, replies.shape[1])]
     inputs = tf.concat([tf.fill([tf.shape(ids)[0], 1], START_ID), ids[:, :-1]], axis=1)
-    logits = model.decode(inputs, None, padding_mask(encoder_ids), training=False, cross_cache=cross_cache)
+    logits = model.decode(inputs, None, encoder_ids, training=False, cross_cache=cross_cache)
     log_probs = tf.gather(tf.nn.log_softmax(tf.cast(logits, tf.float32)), ids, axis=-1, batch_dims=2)
     real = tf.cast(ids != PAD_ID, tf.float32)
     return tf.reduce_sum(log_probs * real, -1) / tf.maximum(tf.reduce_sum(real, -1), 1.0)
@@ -117,11 +117,7 @@ def agreement(replies, encoder_ids):
     """Token F1 between each candidate reply (batch, beams, length) and the retrieved answers on its
     encoder input (batch, src_len: after the first separator, outside the neighbours' `[start] question
     [end]`): (batch, beams) in [0, 1]; 0 where the input holds no retrieved answer."""
-    def count(token, exclusive=False):
-        return tf.cumsum(tf.cast(encoder_ids == token, tf.int32), axis=1, exclusive=exclusive)
-
-    answer = (count(SEPARATOR_ID) > 0) & (count(START_ID) <= count(END_ID, exclusive=True))
-    context = encoder_ids * tf.cast(answer, encoder_ids.dtype)
+    context = encoder_ids * tf.cast(answer_positions(encoder_ids), encoder_ids.dtype)
     return token_f1(replies, context[:, None, :])[..., 0]
 
 

@@ -2,30 +2,34 @@ import keras
 import numpy as np
 import pytest
 
-from chatbot.layers import padding_mask
 from chatbot.model import Transformer
+from chatbot.tokenizer import SEPARATOR_ID
 
 ENCODER_IDS = np.array([[1, 5, 6, 7, 2, 0], [1, 9, 2, 0, 0, 0]])
 DECODER_IDS = np.array([[1, 8, 9, 10, 11], [1, 12, 13, 2, 0]])
+# a question, then one retrieved answer after the separator (what the copy head may copy)
+WITH_ANSWER_IDS = np.array([[1, 9, 2, SEPARATOR_ID, 21, 22, 23], [1, 12, 13, 2, SEPARATOR_ID, 24, 0]])
+OUTPUTS = ["dense", "shared_embeddings", "copy_head"]
 
 
-def small_model(shared_embeddings=False):
+def small_model(output="dense", encoder_ids=ENCODER_IDS):
     model = Transformer(vocab_size=40, num_layers=2, d_model=16, num_heads=4, dff=32, dropout=0.1, max_length=8,
-                        shared_embeddings=shared_embeddings)
-    model((ENCODER_IDS, DECODER_IDS))
+                        encoder_length=8, shared_embeddings=output == "shared_embeddings",
+                        copy_head=output == "copy_head")
+    model((encoder_ids, DECODER_IDS))
     return model
 
 
-@pytest.mark.parametrize("shared_embeddings", [False, True])
-def test_cached_decode_matches_full_forward(shared_embeddings):
-    model = small_model(shared_embeddings)
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_cached_decode_matches_full_forward(output):
+    model = small_model(output)
     full = np.array(model((ENCODER_IDS, DECODER_IDS), training=False))
     memory = model.encode(ENCODER_IDS)
     self_cache, cross_cache = model.init_cache(memory)
     steps = []
     for index in range(DECODER_IDS.shape[1]):
         logits, self_cache = model.decode_step(DECODER_IDS[:, index:index + 1], index, self_cache, cross_cache,
-                                               padding_mask(ENCODER_IDS))
+                                               ENCODER_IDS)
         steps.append(np.array(logits))
     np.testing.assert_allclose(np.stack(steps, axis=1)[0], full[0], atol=1e-5)
     np.testing.assert_allclose(np.stack(steps, axis=1)[1, :4], full[1, :4], atol=1e-5)  # before padding
@@ -34,21 +38,46 @@ def test_cached_decode_matches_full_forward(shared_embeddings):
 def test_teacher_forced_decode_from_projected_memory_matches_decode_from_memory():
     """What reranking does: memory's keys and values projected once, then reused for every candidate."""
     model = small_model()
-    memory, mask = model.encode(ENCODER_IDS), padding_mask(ENCODER_IDS)
-    from_memory = np.array(model.decode(DECODER_IDS, memory, mask, training=False))
-    projected = np.array(model.decode(DECODER_IDS, None, mask, training=False, cross_cache=model.cross_cache(memory)))
+    memory = model.encode(ENCODER_IDS)
+    from_memory = np.array(model.decode(DECODER_IDS, memory, ENCODER_IDS, training=False))
+    projected = np.array(model.decode(DECODER_IDS, None, ENCODER_IDS, training=False,
+                                      cross_cache=model.cross_cache(memory)))
     np.testing.assert_allclose(projected, from_memory, atol=1e-6)
-    assert not np.allclose(from_memory, np.array(model.decode(DECODER_IDS, memory[::-1], mask, training=False)))
+    assert not np.allclose(from_memory, np.array(model.decode(DECODER_IDS, memory[::-1], ENCODER_IDS, training=False)))
 
 
-@pytest.mark.parametrize("shared_embeddings", [False, True])
-def test_model_saves_and_loads_with_identical_outputs(tmp_path, shared_embeddings):
-    model = small_model(shared_embeddings)
-    expected = np.array(model((ENCODER_IDS, DECODER_IDS), training=False))
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_model_saves_and_loads_with_identical_outputs(tmp_path, output):
+    model = small_model(output, WITH_ANSWER_IDS)
+    expected = np.array(model((WITH_ANSWER_IDS, DECODER_IDS), training=False))
     model.save(tmp_path / "model.keras")
     loaded = keras.saving.load_model(tmp_path / "model.keras", safe_mode=True, compile=False)
     assert isinstance(loaded, Transformer) and loaded.max_length == 8
-    np.testing.assert_allclose(np.array(loaded((ENCODER_IDS, DECODER_IDS), training=False)), expected, atol=1e-6)
+    assert (loaded.copy_head is not None) == (output == "copy_head")
+    np.testing.assert_allclose(np.array(loaded((WITH_ANSWER_IDS, DECODER_IDS), training=False)), expected, atol=1e-6)
+
+
+def test_copy_head_gives_log_probabilities_that_may_copy_only_the_retrieved_answer():
+    model = small_model("copy_head", WITH_ANSWER_IDS)
+    memory = model.encode(WITH_ANSWER_IDS)
+    x, _ = model.decode_hidden(DECODER_IDS, memory, WITH_ANSWER_IDS)
+    log_probs = np.array(model.decode(DECODER_IDS, memory, WITH_ANSWER_IDS, training=False))
+    np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, atol=1e-4)
+    ratio = np.exp(log_probs) / np.array(keras.ops.softmax(model.logits(x)))
+    # the vocabulary distribution scaled by (1 - gate), plus copy mass on the answer's tokens only
+    answer_tokens = {0: [21, 22, 23], 1: [24]}
+    for row, tokens in answer_tokens.items():
+        others = np.delete(ratio[row], tokens, axis=-1)  # every token the answer does not hold
+        np.testing.assert_allclose(others, np.repeat(others[:, :1], others.shape[1], axis=1), rtol=1e-3)
+        assert (others[:, 0] < 1).all() and (ratio[row][:, tokens] > others[:, :1] * 1.0001).all()
+
+
+def test_copy_head_without_a_retrieved_answer_is_the_plain_softmax():
+    model = small_model("copy_head")
+    memory = model.encode(ENCODER_IDS)
+    x, _ = model.decode_hidden(DECODER_IDS, memory, ENCODER_IDS)
+    log_probs = np.array(model.decode(DECODER_IDS, memory, ENCODER_IDS, training=False))
+    np.testing.assert_allclose(np.exp(log_probs), np.array(keras.ops.softmax(model.logits(x))), atol=1e-6)
 
 
 def test_mixed_precision_logits_are_float32_and_finite():
@@ -69,11 +98,11 @@ def test_padding_in_the_question_does_not_change_the_answer_logits():
 
 def test_shared_embeddings_make_the_output_layer_the_decoder_embedding():
     """The logits are the decoder's token embedding applied backwards: no output layer of its own."""
-    shared, separate = small_model(shared_embeddings=True), small_model()
+    shared, separate = small_model("shared_embeddings"), small_model()
     assert shared.final_dense is None
     assert separate.count_params() - shared.count_params() == 16 * 40 + 40  # the Dense kernel and bias
     memory = shared.encode(ENCODER_IDS)
-    x = np.array(shared.decode(DECODER_IDS, memory, padding_mask(ENCODER_IDS), training=False))
+    x = np.array(shared.decode(DECODER_IDS, memory, ENCODER_IDS, training=False))
     embedding = np.array(shared.decoder_embedding.embedding.embeddings)
     hidden = x @ np.linalg.pinv(embedding.T)  # the decoder output that produced these logits
     np.testing.assert_allclose(hidden @ embedding.T, x, atol=1e-3)
