@@ -34,9 +34,10 @@ def main(argv=None) -> int:
     parser.add_argument("--questions", type=int, default=600)
     parser.add_argument("--questions-from", metavar="CSV", help="ask only held-out questions that occur in this CSV")
     args = parser.parse_args(argv)
-    from chatbot.evaluate import reply_metrics, validation_sample
+    from chatbot.evaluate import reply_metrics
     from chatbot.generate import Chatbot
     from chatbot.retrieval import Retriever
+    from chatbot.selection import validation_sample
 
     splits = {model: split_of(model) for model in args.model}
     trained = {p.question for train, _ in splits.values() for p in train}

@@ -3,7 +3,7 @@
 Asks the questions of the model's own validation split (questions it never trained on, rebuilt from
 its config's data paths, seed and fraction) with every setting in turn, the model retrieving from
 its training pairs only. By default it leaves out the validation questions that `train` chose the
-epoch and fitted the rerank weights on (`chatbot.evaluate.validation_sample`), so no choice made in
+epoch and fitted the rerank weights on (`chatbot.selection.validation_sample`), so no choice made in
 training saw the questions scored; `--all-validation` keeps them (as the runs before 2026-11-25
 did). It prints chrF, character BLEU, exact match, unique replies and
 distinct-1/2 per row (`chatbot.evaluate.reply_metrics`), beside the nearest-question retrieval
@@ -44,9 +44,10 @@ def main():
     from chatbot.config import ChatbotConfig
     from chatbot.data import split_by_question
     from chatbot.datasets import load_sources
-    from chatbot.evaluate import reply_metrics, unsampled
+    from chatbot.evaluate import reply_metrics
     from chatbot.generate import Chatbot
     from chatbot.retrieval import Retriever
+    from chatbot.selection import unsampled
 
     bot = Chatbot.load(args.model)
     data = ChatbotConfig.read(Path(args.model) / "config.json").data

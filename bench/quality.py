@@ -247,7 +247,7 @@ def refit_rerank(bot, train_pairs):
     from chatbot.data import split_by_question
     from chatbot.generate import Chatbot
     from chatbot.retrieval import Retriever
-    from chatbot.evaluate import fit_rerank
+    from chatbot.selection import fit_rerank
 
     started = cpu_minutes()
     fit_pairs, val_pairs = split_by_question(train_pairs, bot.config.data.val_fraction, bot.config.data.seed)

@@ -5,7 +5,7 @@ candidate's `Features` (the model's mean log-probability of it, teacher-forced i
 over a `shortlist`;
 its question's retrieval score; its word-piece overlap with the other retrieved answers, weighted by
 their scores: a consensus vote) and `choose`, their weighted sum's best candidate. The weights are a
-model's `RerankConfig`, fitted on its validation questions by `chatbot.evaluate.fit_rerank_weights`.
+model's `RerankConfig`, fitted on its validation questions by `chatbot.selection.fit_rerank_weights`.
 Also `agreement`, the overlap with the retrieved answers that beam search may add to a beam's score.
 Must not know about strings or the decoding loop.
 """

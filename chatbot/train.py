@@ -64,8 +64,8 @@ def _selection_callbacks(config: ChatbotConfig, model, tokenizer, retriever, val
     "chrf" and "loss" keep the epoch with the lowest training loss."""
     select, patience = config.train.select, config.train.early_stopping
     if select == "chrf" and val_pairs:
-        from chatbot.evaluate import ReplyQualityCheckpoint
         from chatbot.generate import Chatbot
+        from chatbot.selection import ReplyQualityCheckpoint
 
         monitor, mode = "val_select", "max"
         chosen = [ReplyQualityCheckpoint(Chatbot(model, tokenizer, config, retriever=retriever), val_pairs, best_path,
@@ -195,8 +195,9 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
     inference_model.set_weights(model.get_weights())
     metrics = _evaluate(inference_model, val_data)
     log("validation: " + (", ".join(f"{k} {v:.4f}" for k, v in metrics.items()) if metrics else "no held-out pairs"))
-    from chatbot.evaluate import fit_rerank, reply_variety
+    from chatbot.evaluate import reply_variety
     from chatbot.generate import Chatbot
+    from chatbot.selection import fit_rerank
 
     bot = Chatbot(inference_model, tokenizer, config, retriever=retriever, jit_compile=False)
     if retriever is not None and val_pairs:

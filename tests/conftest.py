@@ -54,11 +54,12 @@ LONGEST_FIRST = [
     "test_app.py",  # 77
     "test_train.py",  # 77
     "test_cli.py",  # 53
-    "test_evaluate.py",  # 45
     "test_default_model.py",  # 44
+    "test_selection.py",  # 35
     "test_properties.py",  # 30
     "test_browser.py",  # 21
     "test_export.py",  # 18
+    "test_evaluate.py",  # 10
 ]
 
 

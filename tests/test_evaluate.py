@@ -1,4 +1,4 @@
-"""Reply-quality metrics, the `eval` command, and keeping the epoch whose replies score best."""
+"""Reply-quality metrics and the `eval` command."""
 
 import csv
 import json
@@ -7,8 +7,7 @@ import pytest
 import sacrebleu
 
 from chatbot.cli import main
-from chatbot.evaluate import (MIN_UNIQUE, distinct_n, fit_rerank_weights, reply_metrics, selection_score, unsampled,
-                              validation_sample)
+from chatbot.evaluate import distinct_n, reply_metrics
 
 
 def test_distinct_n_counts_unique_word_ngrams_over_all_replies():
@@ -16,14 +15,6 @@ def test_distinct_n_counts_unique_word_ngrams_over_all_replies():
     assert distinct_n(replies, 1) == pytest.approx(4 / 6)  # 좋은, 아침, 이에요, 입니다
     assert distinct_n(replies, 2) == pytest.approx(3 / 4)  # (좋은 아침) twice
     assert distinct_n(["네"], 2) == 0.0
-
-
-@pytest.mark.parametrize("count", [0, 7, 500, 999, 1001, 1474])
-def test_the_unsampled_validation_pairs_are_exactly_those_no_selection_asked(count):
-    pairs = [f"q{i}" for i in range(count)]
-    asked, fresh = validation_sample(pairs), unsampled(pairs)
-    assert len(asked) == min(count, 500) and not set(asked) & set(fresh)
-    assert sorted(asked + fresh, key=lambda q: int(q[1:])) == pairs
 
 
 def test_reply_metrics_tell_a_collapsed_model_from_a_good_one():
@@ -36,11 +27,6 @@ def test_reply_metrics_tell_a_collapsed_model_from_a_good_one():
     assert good["distinct_2"] > collapsed["distinct_2"]
     with pytest.raises(ValueError):
         reply_metrics(["하나"], ["하나", "둘"])
-
-
-def test_selection_never_prefers_a_collapsed_epoch_to_a_varied_one():
-    assert selection_score(9.9, 0.002) < selection_score(0.5, MIN_UNIQUE)  # one reply for all, however close
-    assert selection_score(3.0, 0.1) < selection_score(1.0, 0.3) < selection_score(1.0, 0.9) < selection_score(2.0, 0.9)
 
 
 def test_eval_prints_metrics_whose_chrf_and_bleu_equal_sacrebleus(tiny_model_dir, tiny_csv, tmp_path, capsys,
@@ -77,48 +63,3 @@ def test_eval_refuses_to_overwrite_replies_and_reports_bad_data(tiny_model_dir, 
     assert main(["eval", "--model", str(tiny_model_dir), "--data", str(tmp_path / "missing.csv")]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
     assert len(errors) == 2 and all(line.startswith("error: ") for line in errors)
-
-
-@pytest.mark.slow  # trains a model for four epochs
-def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp_path):
-    import dataclasses
-
-    from chatbot.data import load_pairs, split_by_question
-    from chatbot.generate import Chatbot
-    from chatbot.retrieval import Retriever
-    from chatbot.train import train
-    from conftest import REPEATS, tiny_config
-
-    config = tiny_config(epochs=4)
-    config = dataclasses.replace(config, data=dataclasses.replace(config.data, val_fraction=0.3))
-    pairs, _ = load_pairs(tiny_csv)
-    pairs = pairs * (REPEATS // 4)  # a quarter of the session model's steps: the scores need not be good, only kept right
-    out = train(pairs, config, tmp_path / "m", verbose=0, log=lambda *_: None)
-    with open(out / "history.csv", encoding="utf-8") as file:
-        history = list(csv.DictReader(file))
-    scores = [float(row["val_select"]) for row in history]
-    assert len(scores) == 4 and all(row["val_chrf"] and row["val_unique"] for row in history)
-    train_pairs, val = split_by_question(pairs, 0.3, config.data.seed)
-    saved = Chatbot.load(out)  # its index holds the validation pairs too; training retrieved from train_pairs
-    assert saved.config.rerank.fitted_on == len(val)  # its rerank weights were chosen on them
-    bot = Chatbot(saved.model, saved.tokenizer, saved.config, retriever=Retriever(train_pairs), jit_compile=False)
-    kept = reply_metrics(bot.reply_batch([p.question for p in val], candidates=0), [p.answer for p in val])
-    assert selection_score(kept["chrf"], kept["unique_ratio"]) == pytest.approx(max(scores), abs=1e-6)
-
-
-def test_fitted_rerank_weights_do_no_worse_than_the_defaults_and_score_what_decoding_gives(tiny_bot):
-    """Questions the tiny model never saw, with answers of its training set as references: the weights
-    fitted on them do at least as well as the defaults, and their chrF is what replies decoded with them get."""
-    import dataclasses
-
-    from chatbot.generate import Chatbot
-
-    asked = {"배고픈데 뭐 먹지": "맛있는 거 드세요.", "비가 많이 와": "우산 챙기세요.", "헤어지고 너무 힘들어": "많이 힘들겠어요.",
-             "오늘 좀 피곤하네": "푹 쉬세요.", "시험 또 망쳤다": "다음엔 잘할 거예요.", "생일이야": "생일 축하해요!"}
-    questions, references = list(asked), list(asked.values())
-    weights, chrf = fit_rerank_weights(tiny_bot, questions, references, batch_size=3)  # two batches
-    default_chrf = sacrebleu.corpus_chrf(tiny_bot.reply_batch(questions), [references]).score
-    assert weights.fitted_on == len(questions) and chrf >= default_chrf
-    fitted = Chatbot(tiny_bot.model, tiny_bot.tokenizer, dataclasses.replace(tiny_bot.config, rerank=weights),
-                     retriever=tiny_bot.retriever, jit_compile=False)
-    assert sacrebleu.corpus_chrf(fitted.reply_batch(questions), [references]).score == pytest.approx(chrf)
