@@ -135,8 +135,8 @@ def run_tutorial(train, test, budget_min, out_dir, batch_size=64):
     import tensorflow as tf
     import tensorflow_datasets as tfds
 
-    from chatbot.losses import transformer_optimizer
     from chatbot.model import Transformer
+    from chatbot.optim import transformer_optimizer
 
     questions = [tutorial_preprocess(p.question) for p in train]
     answers = [tutorial_preprocess(p.answer) for p in train]

@@ -105,8 +105,9 @@ def validation_nats(tokenize, vocab_size, train_pairs, val_pairs, args):
     import keras
     import numpy as np
 
-    from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy, transformer_optimizer
+    from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy
     from chatbot.model import Transformer
+    from chatbot.optim import transformer_optimizer
     from chatbot.pipeline import make_dataset
 
     def dataset(pairs, shuffle):

@@ -91,8 +91,9 @@ def main():
 
     import keras
 
-    from chatbot.losses import MaskedSparseCrossEntropy, transformer_optimizer
+    from chatbot.losses import MaskedSparseCrossEntropy
     from chatbot.model import Transformer
+    from chatbot.optim import transformer_optimizer
 
     backend = keras.backend.backend()
     xla_modes = args.xla or ("on,off" if backend == "tensorflow" else "on")

@@ -49,8 +49,9 @@ def main():
     import tensorflow as tf
 
     from chatbot.config import ChatbotConfig, ModelConfig, TrainConfig
-    from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy, WarmupSchedule, transformer_optimizer
+    from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy
     from chatbot.model import Transformer
+    from chatbot.optim import WarmupSchedule, transformer_optimizer
     from chatbot.pipeline import make_dataset
     from chatbot.retrieval import Retriever
     from chatbot.context import context_for, training_batches
