@@ -1,11 +1,12 @@
 """The state directory of an unfinished training run, `<out>.training/` beside the output.
 
-Owns: starting it (tokenizer and `run.json` settings, created under a temporary name and renamed),
-checking it before a resume, the note a crash leaves in it, per-epoch backups of the model and
-optimizer, keeping `history.csv` in step with the backups, and telling a run that died half way
-from the leftovers of one that had finished. Every file in it is written whole or not at all, so
-whatever moment a SIGKILL picks, the next `train` or `train --resume` either goes on or says what to
-do. Must not build models or datasets (that is `train.py`).
+Owns: starting it (saving the run's tokenizer and `run.json` settings under a temporary name, then
+renaming), checking it before a resume and handing back the tokenizer it saved, the note a crash
+leaves in it, per-epoch backups of the model and optimizer, keeping `history.csv` in step with the
+backups, and telling a run that died half way from the leftovers of one that had finished. Every
+file in it is written whole or not at all, so whatever moment a SIGKILL picks, the next `train` or
+`train --resume` either goes on or says what to do. Must not learn the tokenizer, build models or
+datasets (that is `train.py`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import keras
 from chatbot.artifacts import (HISTORY_FILE, TOKENIZER_FILE, ArtifactError, atomic_write_bytes, check_model_dir,
                                discard_dir, kill_point, recover_model_dir, remove_dead_temps, temp_path_beside)
 from chatbot.config import ChatbotConfig
-from chatbot.data import QAPair
 from chatbot.tokenizer import Tokenizer
 
 STATE_CONFIG = "run.json"  # the settings an interrupted run was started with
@@ -57,12 +57,19 @@ def _saved_as(state: Path, out_dir: Path) -> bool:
         return False
 
 
-def prepare_state(state: Path, config: ChatbotConfig, train_pairs: list[QAPair], resume: bool,
-                  log=print) -> Tokenizer:
-    """Start a new run directory, or check that a resumed one was started with the same settings."""
+def _settings(config: ChatbotConfig) -> dict:
+    """What `run.json` records of `config`, as it will read back: a resume must ask for the same."""
     settings = json.loads(json.dumps({k: v for k, v in dataclasses.asdict(config).items()
-                                      if k in ("model", "context", "data", "train")}))  # as run.json will read back
+                                      if k in ("model", "context", "data", "train")}))
     settings["train"].pop("epochs")  # a resumed run may ask for more epochs
+    return settings
+
+
+def prepare_state(state: Path, config: ChatbotConfig, resume: bool, log=print) -> Tokenizer | None:
+    """Check that a resumed run directory was started with the same settings and return its saved
+    tokenizer; for a new run, make way for it (a run's leftovers with nothing to resume are removed,
+    an unfinished run refused) and return None: learn a tokenizer, then `start_state`."""
+    settings = _settings(config)
     missing = [name for name in (STATE_CONFIG, TOKENIZER_FILE) if not (state / name).is_file()]
     if resume:
         if not state.is_dir():
@@ -83,14 +90,16 @@ def prepare_state(state: Path, config: ChatbotConfig, train_pairs: list[QAPair],
         discard_dir(state)
     elif state.exists():
         raise ArtifactError(describe_unfinished(state))
-    texts = [p.question for p in train_pairs] + [p.answer for p in train_pairs]
-    tokenizer = Tokenizer.train(texts, config.tokenizer.vocab_size)
+    return None
+
+
+def start_state(state: Path, config: ChatbotConfig, tokenizer: Tokenizer) -> None:
+    """Create the directory of a new run with its tokenizer and settings, whole or not at all."""
     temp = temp_path_beside(state)
     temp.mkdir()
     tokenizer.save(temp / TOKENIZER_FILE)
-    (temp / STATE_CONFIG).write_text(json.dumps(settings, indent=2), encoding="utf-8")
+    (temp / STATE_CONFIG).write_text(json.dumps(_settings(config), indent=2), encoding="utf-8")
     temp.rename(state)
-    return tokenizer
 
 
 def describe_unfinished(state: Path) -> str:

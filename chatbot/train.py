@@ -31,7 +31,7 @@ from chatbot.optim import transformer_optimizer
 from chatbot.retrieval import Retriever, index_hash, index_json
 from chatbot.schedule import fitted_to_data, learning_verdict, read_history
 from chatbot.runstate import (BACKUP_DIR, EpochBackup, PromoteFile, clear_leftovers, keep_history, note_crash,
-                              prepare_state, state_dir_for)
+                              prepare_state, start_state, state_dir_for)
 from chatbot.tokenizer import Tokenizer
 
 
@@ -107,9 +107,13 @@ def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, re
     config = context_for(fitted_to_data(config, len(pairs)), pairs)
     train_pairs, val_pairs = split_by_question(pairs, config.data.val_fraction, config.data.seed)
     state = state_dir_for(out_dir)
-    # The vocabulary is learned from every pair: the saved retrieval index holds the validation pairs too,
-    # and a character the tokenizer never saw would vanish from a copied answer.
-    tokenizer = prepare_state(state, config, pairs, resume, log)
+    tokenizer = prepare_state(state, config, resume, log)  # a resumed run goes on with its own vocabulary
+    if tokenizer is None:
+        # The vocabulary is learned from every pair: the saved retrieval index holds the validation pairs too,
+        # and a character the tokenizer never saw would vanish from a copied answer.
+        tokenizer = Tokenizer.train([p.question for p in pairs] + [p.answer for p in pairs],
+                                    config.tokenizer.vocab_size)
+        start_state(state, config, tokenizer)
     try:
         return _fit_and_save(tokenizer, train_pairs, val_pairs, config, out_dir, overwrite=overwrite,
                              callbacks=callbacks, verbose=verbose, log=log, strategy=strategy)
