@@ -16,10 +16,10 @@ from pathlib import Path
 
 from chatbot import terminal
 from chatbot.artifacts import ArtifactError, check_model_dir, check_writable
-from chatbot.config import (MAX_RETRIEVED, SELECTIONS, STRATEGIES, TONES, ChatbotConfig, ContextConfig, DataConfig,
-                            GenerationConfig, ModelConfig, TokenizerConfig, TrainConfig, __version__)
+from chatbot.config import (TONES, ChatbotConfig, ContextConfig, DataConfig, GenerationConfig, ModelConfig,
+                            TokenizerConfig, TrainConfig, __version__)
 from chatbot.data import DataError
-from chatbot.schedule import MIN_STEPS_PER_EPOCH
+from chatbot.schedule import WHEN_UNSET
 from chatbot.startup import import_tensorflow_quietly
 from chatbot.download import DownloadError, download_chatbot_data
 from chatbot.terminal import UserError
@@ -35,17 +35,46 @@ class Parser(argparse.ArgumentParser):
         self.exit(USER_ERROR, f"error: {message} (see {self.prog} --help)\n")
 
 
+def _add_config_flags(group, section: type, unset: dict[str, str] | None = None) -> None:
+    """A flag per field of the dataclass `section` that has a `help`: --d-model for d_model, and so on (or
+    the field's `flag`, `metavar` and `choices`). A field False by default is turned on by --<name>, one True
+    or None (decided when training) by default is turned off by --no-<name>. The help of a field named in
+    `unset` says what is chosen when it is left unset; every other help ends with its default, if it has one.
+    The special ones (`train --data`, `--seed`) are added by hand."""
+    types = typing.get_type_hints(section)
+    for option in dataclasses.fields(section):
+        if "help" not in option.metadata:
+            continue
+        meta, name = option.metadata, option.metadata.get("flag", option.name.replace("_", "-"))
+        kind = next((t for t in typing.get_args(types[option.name]) if t is not type(None)), types[option.name])
+        if kind is bool:
+            negative = option.default is not False
+            group.add_argument(f"--no-{name}" if negative else f"--{name}", dest=option.name, default=option.default,
+                               action="store_false" if negative else "store_true", help=meta["help"])
+            continue
+        help, more = meta["help"], None
+        if unset and option.name in unset:
+            more = f"chosen from the data's size when unset: {unset[option.name]}"
+        elif option.default is not None:
+            more = "default: %(default)s"
+        if more:  # "(0: off)" becomes "(0: off; default: 0)"
+            help = f"{help[:-1]}; {more})" if help.endswith(")") else f"{help} ({more})"
+        group.add_argument(f"--{name}", dest=option.name, type=kind, default=option.default,
+                           metavar=meta.get("metavar"), choices=meta.get("choices"), help=help)
+
+
+def _from_flags(section: type, args, **more):
+    """`section` from the flags `_add_config_flags` made of its fields, and `more`."""
+    return section(**{option.name: getattr(args, option.name) for option in dataclasses.fields(section)
+                      if "help" in option.metadata}, **more)
+
+
 def _add_decoding_flags(parser: argparse.ArgumentParser) -> None:
     """A flag per GenerationConfig field: --max-new-tokens for max_new_tokens, and so on; and --tone."""
     group = parser.add_argument_group("decoding")
     group.add_argument("--tone", choices=TONES, help="answer in this tone (for models trained on a label column: "
                        "0 everyday, 1 sad, 2 love); default: none asked")
-    types = typing.get_type_hints(GenerationConfig)
-    for option in dataclasses.fields(GenerationConfig):
-        kind = int if option.name == "seed" else types[option.name]
-        choices = STRATEGIES if option.name == "strategy" else None
-        group.add_argument(f"--{option.name.replace('_', '-')}", type=kind, default=option.default, choices=choices,
-                           help=option.metadata.get("help"))
+    _add_config_flags(group, GenerationConfig)
 
 
 def _decoding(args) -> dict:
@@ -68,8 +97,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"chatbot {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    m, t = ModelConfig(), TrainConfig()
-    AUTO = "chosen from the data's size when unset"  # noqa: N806
     train = commands.add_parser("train", help="train a chatbot on a Q&A CSV",
                                 description="Train a chatbot on a Q&A CSV (columns Q,A[,label]) and write a model directory.")
     train.add_argument("--data", required=True, action="append", metavar="SOURCE",
@@ -78,50 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", required=True, help="model directory to create")
     train.add_argument("--overwrite", action="store_true", help="replace --out if it exists (only once training succeeded)")
     train.add_argument("--resume", action="store_true", help="continue an interrupted run of the same --out")
-    train.add_argument("--epochs", type=int, help=f"passes over the data ({AUTO}: 50 for 2,000 pairs or more, else 40)")
-    train.add_argument("--batch-size", type=int, help=f"pairs per step ({AUTO}: 16, 32 or 64)")
-    train.add_argument("--repeats", type=int, help=f"each pair this many times an epoch ({AUTO}: at least "
-                                                   f"{MIN_STEPS_PER_EPOCH} steps an epoch)")
-    train.add_argument("--max-length", type=int, default=m.max_length, help="longest question/answer in tokens")
-    train.add_argument("--vocab-size", type=int, default=TokenizerConfig().vocab_size, help="subword vocabulary target")
-    train.add_argument("--num-layers", type=int, default=m.num_layers)
-    train.add_argument("--d-model", type=int, default=m.d_model)
-    train.add_argument("--num-heads", type=int, default=m.num_heads)
-    train.add_argument("--dff", type=int, default=m.dff, help="feed-forward width")
-    train.add_argument("--dropout", type=float, default=m.dropout)
-    train.add_argument("--shared-embeddings", action="store_true",
-                       help="the output layer is the decoder's token embedding, transposed (fewer weights)")
-    train.add_argument("--copy-head", action="store_true",
-                       help="a pointer-generator output that may copy the retrieved answers token by token")
-    train.add_argument("--warmup-steps", type=int,
-                       help=f"steps of rising learning rate ({AUTO}: 4,000, or a fifth of a shorter run)")
-    train.add_argument("--peak-learning-rate", type=float, default=t.peak_learning_rate, metavar="LR",
-                       help="where the warmup schedule peaks (default: %(default)s; unset: the paper's "
-                            "d_model^-0.5 * warmup^-0.5)")
-    train.add_argument("--label-smoothing", type=float, default=t.label_smoothing)
-    c = ContextConfig()
-    train.add_argument("--retrieved", type=int, default=c.retrieved, metavar="K",
-                       help=f"answers of the K nearest training questions the model reads after the question "
-                            f"(0-{MAX_RETRIEVED}; 0: the question alone; default: %(default)s)")
-    train.add_argument("--neighbour-questions", action="store_true",
-                       help="show each retrieved answer with the question it answered, so the encoder can judge "
-                            "whether it fits (an option: BENCHMARKS.md has how it measured)")
-    train.add_argument("--no-tone", dest="tone", action="store_false",
-                       help="ignore the label column (by default it becomes a tone the model learns and `chat "
-                            "--tone` asks for)")
-    train.add_argument("--val-fraction", type=float,
-                       help=f"share of questions held out to choose the epoch ({AUTO}: 0.1, or 0 under 1,000 pairs)")
-    train.add_argument("--seed", type=int, default=t.seed)
-    train.add_argument("--select", choices=SELECTIONS, default=t.select,
-                       help="which epoch to keep: chrf = best replies to the validation questions (chrF), "
-                            "loss = lowest validation loss, last = the last one (default: %(default)s)")
-    train.add_argument("--early-stopping", type=int, default=0, metavar="PATIENCE",
-                       help="stop after this many epochs without improvement of the --select metric (0: off)")
-    train.add_argument("--strategy", choices=["auto", "mirrored", "multi-worker"], default="auto",
-                       help="tf.distribute: mirrored = all local GPUs; multi-worker = machines in TF_CONFIG")
-    train.add_argument("--no-mixed-precision", dest="mixed_precision", action="store_false", default=None,
-                       help="train in float32 even on a GPU")
-    train.add_argument("--no-xla", dest="xla", action="store_false", default=None, help="do not compile with XLA")
+    model = train.add_argument_group("model")
+    _add_config_flags(model, ModelConfig)
+    _add_config_flags(model, TokenizerConfig)
+    _add_config_flags(train.add_argument_group("what the encoder reads besides the question"), ContextConfig)
+    training = train.add_argument_group("training")
+    _add_config_flags(training, TrainConfig, WHEN_UNSET)
+    _add_config_flags(training, DataConfig, WHEN_UNSET)
+    training.add_argument("--seed", type=int, default=TrainConfig().seed, help="seeds the validation split, the "
+                          "weights and the order of the pairs (default: %(default)s)")
     train.set_defaults(handler=run_train)
 
     chat = commands.add_parser("chat", help="talk to a model in the terminal",
@@ -162,6 +154,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def training_config(args) -> ChatbotConfig:
+    """The settings `train`'s flags ask for: each from its flag, and --seed for the split and the run alike."""
+    try:
+        return ChatbotConfig(model=_from_flags(ModelConfig, args), tokenizer=_from_flags(TokenizerConfig, args),
+                             context=_from_flags(ContextConfig, args),
+                             data=_from_flags(DataConfig, args, paths=tuple(map(str, args.data)), seed=args.seed),
+                             train=_from_flags(TrainConfig, args, seed=args.seed))
+    except ValueError as error:
+        raise UserError(str(error)) from None
+
+
 def run_train(args) -> None:
     role = strategy = None
     if args.strategy == "multi-worker":  # before any TensorFlow op: collective ops are set up at start
@@ -172,21 +175,7 @@ def run_train(args) -> None:
         except ValueError as error:
             raise UserError(str(error)) from None
         strategy = multi_worker_strategy()
-    try:
-        config = ChatbotConfig(
-            model=ModelConfig(num_layers=args.num_layers, d_model=args.d_model, num_heads=args.num_heads,
-                              dff=args.dff, dropout=args.dropout, max_length=args.max_length,
-                              shared_embeddings=args.shared_embeddings, copy_head=args.copy_head),
-            tokenizer=TokenizerConfig(vocab_size=args.vocab_size),
-            context=ContextConfig(retrieved=args.retrieved, tone=args.tone, questions=args.neighbour_questions),
-            data=DataConfig(paths=tuple(map(str, args.data)), val_fraction=args.val_fraction, seed=args.seed),
-            train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, warmup_steps=args.warmup_steps,
-                              repeats=args.repeats, peak_learning_rate=args.peak_learning_rate, select=args.select,
-                              label_smoothing=args.label_smoothing, early_stopping=args.early_stopping,
-                              mixed_precision=args.mixed_precision, xla=args.xla, strategy=args.strategy,
-                              seed=args.seed))
-    except ValueError as error:
-        raise UserError(str(error)) from None
+    config = training_config(args)
     if args.vocab_size < 16:
         raise UserError("--vocab-size must be at least 16")
     from chatbot.cluster import worker_out_dir

@@ -1,7 +1,7 @@
 """Configuration dataclasses for every stage, and their JSON round trip.
 
-Owns: the hyperparameters and settings that describe a model directory. Must not import TensorFlow,
-so the CLI can parse arguments and print `--help` without loading it.
+Owns: the hyperparameters and settings that describe a model directory, and the help of each that is a
+CLI flag. Must not import TensorFlow, so the CLI can parse arguments and print `--help` without loading it.
 """
 
 from __future__ import annotations
@@ -16,22 +16,28 @@ from pathlib import Path
 __version__ = "0.1.0"
 INT32_MAX = 2**31 - 1  # seeds and decoding options become int32 tensors: anything larger fails inside TensorFlow
 MIN_MAX_LENGTH = 4  # start, end and at least two pieces
+MAX_RETRIEVED = 8
+
+
+def _flag(default, help: str, **more):  # a field the CLI makes a flag of: its help, maybe flag, metavar, choices
+    return field(default=default, metadata={"help": help, **more})
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    vocab_size: int = 4000
-    num_layers: int = 4
-    d_model: int = 128
-    num_heads: int = 4
-    dff: int = 512
+    vocab_size: int = 4000  # the tokenizer's, set by training (TokenizerConfig.vocab_size is the target)
+    num_layers: int = _flag(4, "encoder layers, and as many decoder layers")
+    d_model: int = _flag(128, "width of every token's vector (a multiple of --num-heads)")
+    num_heads: int = _flag(4, "attention heads")
+    dff: int = _flag(512, "feed-forward width")
     # 0, not the paper's 0.1: the model's own held-out replies scored better without it on ChatbotData
     # (BENCHMARKS.md, training levers).
-    dropout: float = 0.0
-    max_length: int = 40  # longest question and reply, in tokens
+    dropout: float = _flag(0.0, "share of activations dropped in training, in every layer")
+    max_length: int = _flag(40, "longest question/answer in tokens")
     encoder_length: int = 0  # longest encoder input (question, tone, retrieved answers); 0: max_length
-    shared_embeddings: bool = False  # output layer = the decoder's token embedding, transposed
-    copy_head: bool = False  # a pointer-generator output that may copy the retrieved answers' tokens
+    shared_embeddings: bool = _flag(False, "the output layer is the decoder's token embedding, transposed "
+                                           "(fewer weights)")
+    copy_head: bool = _flag(False, "a pointer-generator output that may copy the retrieved answers token by token")
 
     def __post_init__(self):
         if self.d_model % self.num_heads:
@@ -49,16 +55,14 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TokenizerConfig:
-    vocab_size: int = 4000  # a target: SentencePiece stops earlier on small data (4,000 scored above 8,000)
+    vocab_size: int = _flag(4000, "subword vocabulary target")  # fewer on small data; 4,000 scored above 8,000
     vocab_hash: str = ""  # sha256 of the SentencePiece model, checked on load
 
 
 @dataclass(frozen=True)
 class DataConfig:
     paths: tuple[str, ...] = ()  # the CSV files (or dataset names) the model was trained on
-    # Questions held out to choose the epoch (see TrainConfig.select); None: chosen from the data's size
-    # (chatbot.schedule).
-    val_fraction: float | None = None
+    val_fraction: float | None = _flag(None, "share of questions held out to choose the epoch")  # None: see schedule
     seed: int = 42
 
     def __post_init__(self):
@@ -73,17 +77,18 @@ class ContextConfig:
     """What the encoder reads besides the question: `[start] tone question [end] (<sep> answer) * retrieved`,
     or with `questions`, `(<sep> [start] neighbour's question [end] its answer) * retrieved`."""
 
-    # Answers of the nearest training questions (chatbot.retrieval), nearest first; 0: the question alone.
-    retrieved: int = 1
-    tone: bool = True  # a tone token from the label column, when the training data has labels
+    retrieved: int = _flag(1, f"answers of the K nearest training questions the model reads after the question, "
+                              f"nearest first (0-{MAX_RETRIEVED}; 0: the question alone)", metavar="K")
+    tone: bool = _flag(True, "ignore the label column (by default it becomes a tone the model learns and `chat "
+                             "--tone` asks for)")  # a help for --no-tone, as for every field True by default
     tone_dropout: float = 0.2  # share of training questions shown without their tone, so asking none works
     # Share of training questions whose own answer replaces one of their retrieved answers (Retrieve and
     # Refine), or with `questions`, one neighbour that answers alike (chatbot.context.with_gold_biased):
     # without it the model is slow to learn that the candidates are worth reading.
     gold_rate: float = 0.5
-    # Whether each retrieved answer comes with the question it answered, so the encoder can judge whether
-    # it fits (an option: measured in BENCHMARKS.md, not yet better than answers alone).
-    questions: bool = False
+    questions: bool = _flag(False, "show each retrieved answer with the question it answered, so the encoder can "
+                                   "judge whether it fits (an option: BENCHMARKS.md has how it measured)",
+                            flag="neighbour-questions")
     index_hash: str = ""  # sha256 of retrieval.json, checked on load
 
     def __post_init__(self):
@@ -94,7 +99,6 @@ class ContextConfig:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
 
 
-MAX_RETRIEVED = 8
 TONES = ("everyday", "sad", "love")  # the label column's 0, 1 and 2
 NO_CONTEXT = ContextConfig(retrieved=0, tone=False)  # what models saved before ContextConfig read
 
@@ -119,27 +123,30 @@ class RerankConfig:
 
 
 SELECTIONS = ("chrf", "loss", "last")
+DISTRIBUTIONS = ("auto", "mirrored", "multi-worker")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     # None: chosen from the data's size by chatbot.schedule.fitted_to_data (explicit values are kept).
-    epochs: int | None = None
-    batch_size: int | None = None
-    warmup_steps: int | None = None
-    repeats: int | None = None  # each training pair this many times an epoch (small data)
+    epochs: int | None = _flag(None, "passes over the data")
+    batch_size: int | None = _flag(None, "pairs per step")
+    warmup_steps: int | None = _flag(None, "steps of rising learning rate")
+    repeats: int | None = _flag(None, "each pair this many times an epoch")
     # None: d_model^-0.5 * warmup_steps^-0.5, the paper's peak. A 1e-3 peak after 1,000 steps was tried
     # as the default and answered nearly every question alike after 13-18 epochs (BENCHMARKS.md).
-    peak_learning_rate: float | None = None
-    label_smoothing: float = 0.0
-    early_stopping: int = 0  # patience in epochs; 0 turns it off
-    mixed_precision: bool | None = None  # None: on when a GPU is present
-    xla: bool | None = None  # None: on when a GPU is present
-    strategy: str = "auto"  # auto | mirrored | multi-worker
+    peak_learning_rate: float | None = _flag(None, "where the warmup schedule peaks (unset: the paper's "
+                                                   "d_model^-0.5 * warmup^-0.5)", metavar="LR")
+    label_smoothing: float = _flag(0.0, "share of each target's probability spread over the whole vocabulary (0: off)")
+    early_stopping: int = _flag(0, "stop after this many epochs without improvement of the --select metric (0: off)",
+                                metavar="PATIENCE")
+    mixed_precision: bool | None = _flag(None, "train in float32 even on a GPU")  # None: on when a GPU is present
+    xla: bool | None = _flag(None, "do not compile with XLA")  # None: on when a GPU is present
+    strategy: str = _flag("auto", "tf.distribute: mirrored = all local GPUs; multi-worker = machines in TF_CONFIG",
+                          choices=DISTRIBUTIONS)
     seed: int = 42
-    # Which epoch's weights the model keeps: "chrf" (the best decoded replies on the validation
-    # questions), "loss" (the lowest validation loss) or "last".
-    select: str = "chrf"
+    select: str = _flag("chrf", "which epoch to keep: chrf = best replies to the validation questions (chrF), "
+                                "loss = lowest validation loss, last = the last one", choices=SELECTIONS)
 
     def __post_init__(self):
         if self.select not in SELECTIONS:
@@ -152,7 +159,7 @@ class TrainConfig:
             raise ValueError(f"peak_learning_rate must be in (0, 1), got {self.peak_learning_rate}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
-        if self.strategy not in ("auto", "mirrored", "multi-worker"):
+        if self.strategy not in DISTRIBUTIONS:
             raise ValueError(f"unknown strategy {self.strategy!r}")
         _check_seed(self.seed)
 
@@ -195,27 +202,23 @@ class GenerationConfig:
     """Decoding options, named as in other generation APIs. These fields are the one list of them:
     the CLI's flags, the app's controls and its `/chat` API are made from them (`help` is the CLI's)."""
 
-    strategy: str = field(default="greedy", metadata={"help": "how each next token is chosen"})
-    max_new_tokens: int = field(default=40, metadata={"help": "longest reply in tokens (capped by max_length)"})
-    num_beams: int = field(default=4, metadata={"help": "beam width for --strategy beam"})
-    length_penalty: float = field(default=1.0, metadata={
-        "help": "beam scores are divided by length**this (higher favours longer replies)"})
-    agreement: float = field(default=0.0, metadata={
-        "help": "beam search: add this times the reply's word overlap (token F1) with the retrieved answers "
-                "to its score (0: off; needs a model that reads retrieved answers)"})
-    mbr: float = field(default=0.0, metadata={
-        "help": "beam search: add this times the reply's mean word overlap (token F1) with the other beams to its "
-                "score, so a reply the beams agree on wins (minimum Bayes risk decoding; 0: off)"})
-    candidates: int = field(default=8, metadata={
-        "help": "also weigh the answers of this many nearest training questions against the generated reply "
-                "and answer with the one that the model and those answers agree on most (0: off, the reply is "
-                "what the model decoded; used by models that read retrieved answers)"})
-    temperature: float = field(default=1.0, metadata={"help": "for --strategy sample; higher is more random"})
-    top_k: int = field(default=0, metadata={"help": "sample among the k likeliest tokens (0: all)"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass (1.0: off)"})
-    repetition_penalty: float = field(default=1.0, metadata={"help": "1.0: off"})
-    no_repeat_ngram_size: int = field(default=0, metadata={"help": "never repeat an n-gram of this size (0: off)"})
-    seed: int | None = field(default=None, metadata={"help": "makes sampling reproducible"})
+    strategy: str = _flag("greedy", "how each next token is chosen", choices=STRATEGIES)
+    max_new_tokens: int = _flag(40, "longest reply in tokens (capped by max_length)")
+    num_beams: int = _flag(4, "beam width for --strategy beam")
+    length_penalty: float = _flag(1.0, "beam scores are divided by length**this (higher favours longer replies)")
+    agreement: float = _flag(0.0, "beam search: add this times the reply's word overlap (token F1) with the retrieved "
+                                  "answers to its score (0: off; needs a model that reads retrieved answers)")
+    mbr: float = _flag(0.0, "beam search: add this times the reply's mean word overlap (token F1) with the other beams "
+                            "to its score, so a reply the beams agree on wins (minimum Bayes risk decoding; 0: off)")
+    candidates: int = _flag(8, "also weigh the answers of this many nearest training questions against the generated "
+                               "reply and answer with the one that the model and those answers agree on most (0: off, "
+                               "the reply is what the model decoded; used by models that read retrieved answers)")
+    temperature: float = _flag(1.0, "for --strategy sample; higher is more random")
+    top_k: int = _flag(0, "sample among the k likeliest tokens (0: all)")
+    top_p: float = _flag(1.0, "nucleus sampling mass (1.0: off)")
+    repetition_penalty: float = _flag(1.0, "1.0: off")
+    no_repeat_ngram_size: int = _flag(0, "never repeat an n-gram of this size (0: off)")
+    seed: int | None = _flag(None, "makes sampling reproducible")
 
     def __post_init__(self):
         """Every bound on a decoding option, checked here and nowhere else, before any model work:

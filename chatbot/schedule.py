@@ -1,7 +1,8 @@
 """The training schedule chosen from the size of the data, and the verdict on whether a run learned.
 
 Owns: `fitted_to_data`, the one rule that fills every training setting left unset (`None`): batch size,
-how often each pair repeats within an epoch, epochs, warmup, peak learning rate and the validation share.
+how often each pair repeats within an epoch, epochs, warmup, peak learning rate and the validation share
+(`WHEN_UNSET` says it in words, for the CLI's help).
 The CLI, the Python API and the web app's retrain tab all leave these unset unless the user sets them, so
 one file trains the same way from each. Also `learning_verdict`, the one-line warning for a run that did not
 learn. Must not import TensorFlow.
@@ -28,6 +29,14 @@ FULL_WARMUP_STEPS = 4000  # the paper's warmup, measured best on ChatbotData (BE
 SHORT_RUN_PEAK = 5e-4
 NOT_LEARNED_LOSS_SHARE = 0.75  # a last epoch's loss above this share of the first epoch's: it did not learn
 ONE_REPLY_SHARE = 0.2  # distinct validation replies below this share: one sentence for everything
+# What `fitted_to_data` chooses for a setting left unset, in words (the CLI's help says it).
+WHEN_UNSET = {
+    "epochs": "50 for 2,000 pairs or more, else 40",
+    "batch_size": "16, 32 or 64",
+    "repeats": f"at least {MIN_STEPS_PER_EPOCH} steps an epoch",
+    "warmup_steps": f"{FULL_WARMUP_STEPS:,}, or a fifth of a shorter run",
+    "val_fraction": f"{VAL_FRACTION}, or 0 under {SMALL_DATA_PAIRS:,} pairs",
+}
 
 
 def fitted_to_data(config: ChatbotConfig, pairs: int) -> ChatbotConfig:

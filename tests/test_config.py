@@ -63,6 +63,23 @@ def test_every_decoding_option_is_a_cli_flag_with_its_default():
     assert (args.no_repeat_ngram_size, args.length_penalty) == (2, 0.5)
 
 
+def test_every_training_setting_with_a_help_is_a_train_flag_with_its_default():
+    from chatbot.cli import build_parser, training_config
+
+    required = ["train", "--data", "a.csv", "--out", "m"]
+    assert training_config(build_parser().parse_args(required)) == ChatbotConfig(data=DataConfig(paths=("a.csv",)))
+    args = build_parser().parse_args([*required, "--data", "b.csv", "--d-model", "64", "--vocab-size", "500",
+                                      "--no-tone", "--neighbour-questions", "--shared-embeddings", "--epochs", "3",
+                                      "--no-xla", "--val-fraction", "0.2", "--seed", "7", "--strategy", "mirrored"])
+    config = training_config(args)
+    assert (config.model.d_model, config.model.shared_embeddings, config.tokenizer.vocab_size) == (64, True, 500)
+    assert (config.context.tone, config.context.questions) == (False, True)
+    assert (config.train.epochs, config.train.xla, config.train.mixed_precision, config.train.strategy) == (
+        3, False, None, "mirrored")
+    assert (config.data.paths, config.data.val_fraction, config.data.seed, config.train.seed) == (
+        ("a.csv", "b.csv"), 0.2, 7, 7)
+
+
 def test_every_decoding_option_is_an_app_control_and_a_chat_api_parameter():
     import app
 
