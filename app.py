@@ -9,7 +9,6 @@ on first use, so `import app` and `python app.py --help` stay cheap (matplotlib 
 """
 
 import argparse
-import dataclasses
 import html
 import os
 import sys
@@ -51,11 +50,11 @@ def question_of(text: str | None) -> str:
     return question
 
 
-def decoding_options(values: dict) -> dict:
-    """Keyword arguments for `Chatbot.reply`/`stream` from UI values (missing ones take their defaults),
-    converted and checked. A missing or negative seed becomes None: the model draws a fresh one."""
+def decoding_settings(values: dict) -> GenerationConfig:
+    """The checked settings for `Chatbot.reply`/`stream` from UI values (missing ones take their defaults),
+    built once per request. A missing or negative seed becomes None: the model draws a fresh one."""
     try:
-        return dataclasses.asdict(GenerationConfig.from_values(values))
+        return GenerationConfig.from_values(values)
     except (TypeError, ValueError) as error:
         raise settings_error(error) from None
 
@@ -86,15 +85,15 @@ class ChatApp:
         self.trainer = BackgroundTrainer(self.shelf.root)
         self.batcher = ReplyBatcher()
 
-    def model(self, name: str | None, options: dict | None = None):
-        """The model picked by `name`; with `options` (decoding and tone), also checks the ones that depend on
-        the model (no_repeat_ngram_size vs its max_length), so a bad request fails before decoding."""
+    def model(self, name: str | None, tone=None, settings: GenerationConfig | None = None):
+        """The model picked by `name`; also checks the tone and the settings against it (no_repeat_ngram_size vs
+        its max_length), so a bad request fails before decoding."""
         try:
             bot = self.shelf.get(name)
         except (ArtifactError, OSError, ValueError) as error:
             raise gr.Error(f"모델을 불러오지 못했어요: {html.escape(str(error))}") from None  # shown as HTML
         try:
-            bot.check(**(options or {}))
+            bot.check(tone, settings)
         except ValueError as error:
             raise settings_error(error) from None
         return bot
@@ -108,10 +107,10 @@ class ChatApp:
         question = question_of(message)
         if not question:
             return EMPTY_REPLY
-        options = {**decoding_options(decoding), "tone": tone or None}
-        bot = self.model(model, options)
+        settings, tone = decoding_settings(decoding), tone or None
+        bot = self.model(model, tone, settings)
         try:
-            return self.batcher.reply(bot, question, **options)
+            return self.batcher.reply(bot, question, tone, settings)
         except ValueError as error:  # the question itself (not valid Unicode): refused before any batch
             raise refused(error) from None
 
@@ -122,10 +121,10 @@ class ChatApp:
         if not question:
             yield [*history, {"role": "assistant", "content": EMPTY_REPLY}], "", gr.skip()
             return
-        options = {**decoding_options(dict(zip(DECODING_OPTIONS, settings))), "tone": tone or None}
+        checked, tone = decoding_settings(dict(zip(DECODING_OPTIONS, settings))), tone or None
         history += [{"role": "user", "content": as_text(question)}, {"role": "assistant", "content": ""}]
-        reply, bot = "", self.model(model_name, options)
-        for reply in bot.stream(question, **options):
+        reply, bot = "", self.model(model_name, tone, checked)
+        for reply in bot.stream(question, tone, checked):
             history[-1] = {"role": "assistant", "content": as_text(reply)}
             yield history, "", gr.skip()
         source = bot.provenance(question, reply)  # a learner sees what the model copied and what it wrote

@@ -1,48 +1,31 @@
-"""The compiled decoding loop: key/value-cached, one step function for every sampler, XLA.
+"""The decoding room: three stages over one model and tokenizer, and the compiled functions of each plan.
 
-Owns: `CachedDecoder` (composing the encoder input in the graph, padding batches and encoder inputs
-to a few bucket shapes, the encoder pass and the whole `tf.while_loop` compiled with XLA, beam
-ranking with the optional `agreement` and `mbr` rescoring, and `rerank`: the generated reply weighed against
-the retrieved answers with `chatbot.rerank`), the decoding options as tensors (`Options`) and the
-loop's `State`. Tokenizing, retrieval and detokenizing stay outside the XLA part, in plain
-`tf.function`s, since XLA cannot compile string ops. Must not know about Python-side strings,
-seeds or user errors: that is `chatbot.generate.Chatbot`'s job.
+Owns: `CachedDecoder`, whose stages are `prepare` (strings -> encoder ids padded to a few bucket lengths, and
+the retrieved candidate answers: tokenizing and retrieval, in plain graphs since XLA cannot compile string
+ops), `run` (the key/value-cached `tf.while_loop` over `step`, one step function for every sampler, with beam
+ranking and the optional `agreement` and `mbr` rescoring) and the optional `rerank` (the generated reply
+weighed against the retrieved answers with `chatbot.rerank`); the loop's `State`; and `PlanGraphs`, the graph
+functions of one `chatbot.plan.Plan`, kept in one bounded cache keyed by the plan. Must not know about
+Python-side strings, seeds or user errors: that is `chatbot.generate.Chatbot`'s job.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import dataclasses
+from typing import Iterator, NamedTuple
 
 import tensorflow as tf
 
 from chatbot.compiled import CompiledCache
 from chatbot.config import NO_CONTEXT, ContextConfig, GenerationConfig, RerankConfig
 from chatbot.pipeline import bucket, encoder_inputs
-from chatbot.rerank import Features, agreement, beam_consensus, choose, features
-from chatbot.samplers import NEG_INF, GreedySampler, Sampler, process_logits, sampler_for
+from chatbot.plan import OPTIONS_SIGNATURE, Options, Plan
+from chatbot.rerank import agreement, beam_consensus, choose, features
+from chatbot.samplers import NEG_INF, process_logits, sampler_for
 from chatbot.tokenizer import END_ID, PAD_ID, START_ID, Tokenizer
 
-
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # batches are padded to these many rows (XLA shapes)
-COMPILED_KEPT = 8  # decoding settings whose compiled functions are kept (the defaults and a few others)
-
-
-class Options(NamedTuple):
-    """The decoding options that are tensors, so changing them never recompiles."""
-
-    steps: tf.Tensor  # new tokens at most: max_new_tokens, capped by the model's max_length
-    temperature: tf.Tensor
-    top_k: tf.Tensor
-    top_p: tf.Tensor
-    repetition_penalty: tf.Tensor
-    length_penalty: tf.Tensor
-    agreement: tf.Tensor
-    mbr: tf.Tensor
-    seed: tf.Tensor
-
-
-OPTIONS_SIGNATURE = Options(*(tf.TensorSpec([], dtype) for dtype in (
-    tf.int32, tf.float32, tf.int32, tf.float32, tf.float32, tf.float32, tf.float32, tf.float32, tf.int32)))
+COMPILED_KEPT = 8  # plans whose compiled functions are kept (the defaults and a few others)
 
 
 class State(NamedTuple):
@@ -58,37 +41,60 @@ class State(NamedTuple):
     encoder_ids: tf.Tensor  # (rows, src_len): what the decoder attends to and may copy from
 
 
+class Prepared(NamedTuple):
+    """What `prepare` hands the compiled stages, one row per question."""
+
+    encoder_ids: tf.Tensor  # (batch, src_len), padded with 0 to a length bucket
+    retrieved: tf.Tensor  # (batch, candidates, max_length): retrieved answers as reply ids, ended by END_ID
+    scores: tf.Tensor  # (batch, candidates): their retrieval scores
+
+
 class CachedDecoder:
-    """Compiled cached decoding over one model and tokenizer, shared by `Chatbot` and the SavedModel
-    export. One step function and one loop serve every sampler (see `chatbot.samplers.Sampler`).
-    With a `retriever`, the encoder also reads the answers of the nearest training questions."""
+    """Cached decoding over one model and tokenizer, for `Chatbot` and the SavedModel export. Every stage takes
+    its inputs, then `Options`, then the `Plan`. With a `retriever`, the encoder also reads retrieved answers."""
 
     def __init__(self, model, tokenizer: Tokenizer, context: ContextConfig = NO_CONTEXT, retriever=None,
-                 jit_compile: bool = True, rerank: RerankConfig = RerankConfig()):
+                 jit_compile: bool | str = True, rerank: RerankConfig = RerankConfig()):
         self.model, self.tokenizer, self.context, self.retriever = model, tokenizer, context, retriever
         self.rerank_weights = rerank
         if context.retrieved and retriever is None:
             raise ValueError("this model reads retrieved answers: it needs its retrieval index")
         self.max_length = model.max_length
-        self.jit_compile = jit_compile  # True, False, or "warmed": XLA only for settings `warm_up` compiled
-        self._warmed = set()
-        # Few encoder lengths: a question alone fits in 16 tokens, most with a retrieved answer in 32, with
-        # two retrieved pairs and their questions in 64 or 96.
-        # Each length and batch bucket costs one XLA compilation (seconds on a CPU).
+        self.jit_compile, self._warmed = jit_compile, set()  # True, False, or "warmed": XLA for plans warmed up
+        # A question alone fits in 16 tokens, most with a retrieved answer in 32, with two retrieved pairs and
+        # their questions in 64 or 96. Each length and batch bucket costs one XLA compilation (seconds on a CPU).
         self.length_buckets = tuple(b for b in (16, 32, 64, 96) if b < model.encoder_length) + (model.encoder_length,)
-        # Keyed by static settings a user picks: bounded, so sweeping valid options cannot grow memory.
-        self._compiled, self._loops = CompiledCache(COMPILED_KEPT), CompiledCache(COMPILED_KEPT)
+        # Keyed by plans a user picks: bounded, so sweeping valid options cannot grow memory.
+        self.graphs = CompiledCache(COMPILED_KEPT)
 
-    def step_limit(self, max_new_tokens: int) -> int:
-        """How many tokens a reply may get: what was asked for, within the model's positions."""
-        return min(max_new_tokens, self.max_length)
+    def plan(self, settings: GenerationConfig, jit: bool | None = None) -> Plan:
+        """The static options of checked `settings`. `jit` None: as `jit_compile` says (with "warmed", XLA only
+        for a plan `warm_up` compiled, so no request waits for a compilation)."""
+        retrievable = 0 if self.retriever is None else len(self.retriever)
+        if jit is None and self.jit_compile == "warmed":
+            compiled = Plan.of(settings, retrievable, jit=True)
+            return compiled if compiled in self._warmed else dataclasses.replace(compiled, jit=False)
+        return Plan.of(settings, retrievable, bool(self.jit_compile) if jit is None else jit)
+
+    # -- prepare: strings -> ids (plain graph) --
+
+    def prepare(self, texts, tones, plan: Plan, min_length=0) -> Prepared:
+        """Strings (batch,) and tones (batch,) int (-1 or None: none) -> `Prepared`, in the graph. Encoder ids are
+        padded to a length bucket, at least `min_length`: XLA compiles the loop per bucket, not per question.
+        One similarity matrix serves both retrieval lookups."""
+        texts = tf.convert_to_tensor(texts, tf.string)
+        tones = self._tones(texts, tones)
+        similarity = self.retriever.similarity(texts) if self.context.retrieved or plan.candidates else None
+        ids = self.encoder_ids(texts, tones, similarity).to_tensor()
+        width = tf.shape(ids)[1]
+        ids = tf.pad(ids, [[0, 0], [0, bucket(tf.maximum(width, min_length), self.length_buckets) - width]])
+        return Prepared(ids, *self._retrieved(texts, tones, plan.candidates, similarity))
 
     def encoder_ids(self, texts, tones=None, similarity=None) -> tf.RaggedTensor:
-        """Strings (batch,) and tones (batch,) int (-1: none) -> encoder ids (batch, None), in the graph:
-        the question, its tone token if the model learned tones, and the retrieved answers (`similarity`:
-        the questions' `Retriever.similarity`, if the caller has it)."""
+        """Strings (batch,) -> encoder ids (batch, None), unpadded: the question, its tone token if the model
+        learned tones, and the retrieved answers (`similarity`: the questions' `Retriever.similarity`, if at hand)."""
         texts = tf.convert_to_tensor(texts, tf.string)
-        tones = self.asked_tones(texts, tones)
+        tones = self._tones(texts, tones)
         context = context_questions = None
         if self.context.retrieved:
             asked, answers = self.retriever.neighbours(texts, self.context.retrieved, tones, similarity=similarity)
@@ -100,51 +106,49 @@ class CachedDecoder:
         return encoder_inputs(self.tokenizer.tokenize(texts), self.max_length, tones if self.context.tone else None,
                               context, self.model.encoder_length, context_questions)
 
-    def asked_tones(self, texts, tones):
+    def _tones(self, texts, tones):
         """The tones (batch,) int the graph uses: as asked, or -1 (none) when none was asked or none learned."""
-        if tones is None or not self.context.tone:
-            return tf.fill(tf.shape(texts), -1)
-        return tones
+        return tf.fill(tf.shape(texts), -1) if tones is None or not self.context.tone else tones
 
-    def encode_texts(self, texts, tones=None, similarity=None, min_length=0):
-        """`encoder_ids` padded with 0 to a length bucket (`length_buckets`), at least `min_length`: (batch,
-        src_len). A few lengths cover every question, so XLA compiles the decoding loop a few times, not
-        per question."""
-        ids = self.encoder_ids(texts, tones, similarity).to_tensor()
-        width = tf.shape(ids)[1]
-        return tf.pad(ids, [[0, 0], [0, bucket(tf.maximum(width, min_length), self.length_buckets) - width]])
+    def _retrieved(self, texts, tones, count: int, similarity):
+        """`Prepared.retrieved` and `Prepared.scores`: the answers of the `count` nearest training questions."""
+        if not count:
+            return tf.zeros([tf.shape(texts)[0], 0, self.max_length], tf.int32), tf.zeros([tf.shape(texts)[0], 0])
+        # a reply asked for in a tone is weighed against that tone's answers only
+        answers, scores = self.retriever.ranked(texts, count, tones, only_tone=True, similarity=similarity)
+        ids = self.tokenizer.tokenize(tf.reshape(answers, [-1]))[:, :self.max_length - 1]
+        ids = tf.concat([ids, tf.fill([ids.nrows(), 1], tf.constant(END_ID, ids.dtype))], axis=1)
+        ids = tf.cast(ids.to_tensor(shape=[None, self.max_length]), tf.int32)
+        return tf.reshape(ids, [-1, count, self.max_length]), scores
 
-    def encoded(self, encoder_ids):
-        """The encoder's pass over `encoder_ids`, as the decoder reads it: every layer's cross-attention keys
-        and values (`Transformer.cross_cache`), projected once per question for the loop and the rerank pass."""
+    # -- run: the encoder pass and the loop (XLA when the plan says so) --
+
+    def encode(self, encoder_ids):
+        """The encoder's pass as the decoder reads it: each layer's cross-attention keys and values, once."""
         return self.model.cross_cache(self.model.encode(encoder_ids, training=False))
 
-    def start(self, encoder_ids, num_beams: int = 1, cross_cache=None) -> State:
-        """The state before the first step; each question's row repeated `num_beams` times, only the
-        first of them alive (the others start at -inf, so the first step does not pick one token twice).
-        `cross_cache`: `encoded(encoder_ids)`, if the caller has it already."""
-        if cross_cache is None:
-            cross_cache = self.encoded(encoder_ids)
-        encoder_ids = tf.repeat(encoder_ids, num_beams, axis=0)  # (rows, src_len)
-        cross_cache = tf.repeat(cross_cache, num_beams, axis=0)  # projected once per question, not per beam
+    def start(self, encoder_ids, cross_cache, plan: Plan) -> State:
+        """The state before the first step; each question's row repeated `num_beams` times, only the first
+        of them alive (the others start at -inf, so the first step does not pick one token twice)."""
+        encoder_ids = tf.repeat(encoder_ids, plan.num_beams, axis=0)  # (rows, src_len)
+        cross_cache = tf.repeat(cross_cache, plan.num_beams, axis=0)  # projected once per question, not per beam
         rows = tf.shape(encoder_ids)[0]
-        self_cache = self.model.empty_cache(rows)
         tokens = tf.concat([tf.fill([rows, 1], START_ID), tf.fill([rows, self.max_length], PAD_ID)], axis=1)
-        scores = tf.where(tf.range(rows) % num_beams == 0, 0.0, NEG_INF)
+        scores = tf.where(tf.range(rows) % plan.num_beams == 0, 0.0, NEG_INF)
         seen = tf.zeros([rows, self.model.vocab_size], tf.bool)
-        return State(tf.constant(0), tokens, tf.zeros([rows], tf.bool), seen, scores, self_cache, cross_cache,
-                     encoder_ids)
+        return State(tf.constant(0), tokens, tf.zeros([rows], tf.bool), seen, scores, self.model.empty_cache(rows),
+                     cross_cache, encoder_ids)
 
-    def step(self, state: State, options: Options, sampler: Sampler, no_repeat_ngram_size: int) -> State:
-        """Feed the last token, let the sampler choose the next one, write it at index + 1."""
+    def step(self, state: State, options: Options, plan: Plan) -> State:
+        """Feed the last token, let the plan's sampler choose the next one, write it at index + 1."""
         last = tf.gather(state.tokens, [state.index], axis=1)
         logits, self_cache = self.model.decode_step(last, state.index, state.self_cache, state.cross_cache,
                                                     state.encoder_ids)
         logits = process_logits(logits, state.tokens, state.index, state.seen, state.finished,
-                                options.repetition_penalty, no_repeat_ngram_size)
-        chosen, parents, scores = sampler.next(logits, state.scores, state.index, options)
+                                options.repetition_penalty, plan.no_repeat_ngram_size)
+        chosen, parents, scores = sampler_for(plan).next(logits, state.scores, state.index, options)
         state = state._replace(self_cache=self_cache)
-        if sampler.num_beams > 1:  # a new row may continue another row of its question: move the rows along
+        if plan.num_beams > 1:  # a new row may continue another row of its question: move the rows along
             follow = lambda t: tf.gather(t, parents)  # noqa: E731
             state = state._replace(tokens=follow(state.tokens), finished=follow(state.finished),
                                    seen=follow(state.seen), self_cache=follow(state.self_cache))
@@ -152,142 +156,120 @@ class CachedDecoder:
         return state._replace(index=state.index + 1, tokens=_write(state.tokens, state.index + 1, chosen),
                               finished=state.finished | (chosen == END_ID), seen=seen, scores=scores)
 
-    def candidate_count(self, candidates: int) -> int:
-        """How many retrieved answers `rerank` weighs for a `candidates` setting (none without an index)."""
-        return 0 if self.retriever is None else min(candidates, len(self.retriever))
-
-    def similarity(self, texts, candidates: int):
-        """The questions' `Retriever.similarity` when the encoder input or `candidates` need it, else None:
-        computed once for both lookups."""
-        if self.context.retrieved or self.candidate_count(candidates):
-            return self.retriever.similarity(texts)
-        return None
-
-    def retrieved_candidates(self, texts, tones, count: int, similarity=None):
-        """The answers of the `count` nearest training questions as reply ids (batch, count', max_length),
-        each ended by the end token as a decoded reply is, and their retrieval scores (batch, count')."""
-        texts = tf.convert_to_tensor(texts, tf.string)
-        count = self.candidate_count(count)
-        if not count:
-            return tf.zeros([tf.shape(texts)[0], 0, self.max_length], tf.int32), tf.zeros([tf.shape(texts)[0], 0])
-        # a reply asked for in a tone is weighed against that tone's answers only
-        answers, scores = self.retriever.ranked(texts, count, self.asked_tones(texts, tones), only_tone=True,
-                                                similarity=similarity)
-        ids = self.tokenizer.tokenize(tf.reshape(answers, [-1]))[:, :self.max_length - 1]
-        ids = tf.concat([ids, tf.fill([ids.nrows(), 1], tf.constant(END_ID, ids.dtype))], axis=1)
-        ids = tf.cast(ids.to_tensor(shape=[None, self.max_length]), tf.int32)
-        return tf.reshape(ids, [-1, count, self.max_length]), scores
-
-    def decode(self, texts, options: Options, sampler: Sampler, no_repeat_ngram_size: int, tones=None,
-               candidates: int = 0, min_length=0, jit: bool | None = None):
-        """Strings (batch,) -> reply ids (batch, max_length), padded after the end token, in the graph.
-        Tokenizing and retrieval (one similarity matrix for both lookups) run here; the encoder pass and the
-        whole loop run in `loop`, compiled with XLA, on a batch padded to a bucket (`BATCH_BUCKETS`) so a few
-        shapes cover every batch size.
-        `candidates` > 0: the reply is `rerank`'s choice among the generated one and that many retrieved answers.
-        `min_length`: the least encoder length bucket (what `warm_up` compiles)."""
-        texts = tf.convert_to_tensor(texts, tf.string)
-        similarity = self.similarity(texts, candidates)
-        encoder_ids = self.encode_texts(texts, tones, similarity, min_length)
-        retrieved, scores = self.retrieved_candidates(texts, tones, candidates, similarity)
-        batch = tf.shape(encoder_ids)[0]
-        rows = bucket(batch, BATCH_BUCKETS)
-        pad = lambda t: tf.pad(t, [[0, rows - batch]] + [[0, 0]] * (t.shape.rank - 1))  # noqa: E731
-        loop = self.loop(sampler, no_repeat_ngram_size, retrieved.shape[1], jit)
-        return loop(pad(encoder_ids), pad(retrieved), pad(scores), options)[:batch]
-
-    def loop(self, sampler: Sampler, no_repeat_ngram_size: int, candidates: int = 0, jit: bool | None = None):
-        """`decode_ids` for one sampler, n-gram size, candidate count and `jit`, traced once with open batch and
-        length dimensions (XLA compiles it once per shape it meets)."""
-        jit = self.jit_compile is True if jit is None else jit
-        key = (type(sampler).__name__, sampler.num_beams, no_repeat_ngram_size, candidates, jit)
-        return self._loops.get(key, lambda: tf.function(
-            lambda ids, retrieved, scores, options: self.decode_ids(ids, options, sampler, no_repeat_ngram_size,
-                                                                    retrieved, scores),
-            jit_compile=jit, autograph=False, input_signature=[
-                tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, candidates, self.max_length], tf.int32),
-                tf.TensorSpec([None, candidates], tf.float32), OPTIONS_SIGNATURE]))
-
-    def decode_ids(self, encoder_ids, options: Options, sampler: Sampler, no_repeat_ngram_size: int,
-                   retrieved=None, scores=None):
-        """Encoder ids (batch, src_len) -> reply ids (batch, max_length): the encoder once, then the loop;
-        then, given retrieved answers (batch, k, max_length) and their scores (batch, k), `rerank`."""
-        cross_cache = self.encoded(encoder_ids)  # for the loop and rerank
-        replies = self.generated_ids(encoder_ids, cross_cache, options, sampler, no_repeat_ngram_size)
-        if retrieved is None or retrieved.shape[1] == 0:
-            return replies
-        return self.rerank(encoder_ids, cross_cache, replies, retrieved, scores, options)
-
-    def generated_ids(self, encoder_ids, cross_cache, options: Options, sampler: Sampler, no_repeat_ngram_size: int):
-        """The model's own reply (batch, max_length): the sampler's, or the best-ranked beam."""
-        state = self.start(encoder_ids, sampler.num_beams, cross_cache)
+    def run(self, encoder_ids, cross_cache, options: Options, plan: Plan):
+        """The model's own replies (batch, max_length): `step` from `start` until every row ended or `options.steps`;
+        for beam search each question's best beam by length-normalised score plus `agreement` and `mbr` terms."""
         state = tf.while_loop(
             lambda s: (s.index < options.steps) & ~tf.reduce_all(s.finished),
-            lambda s: (self.step(s, options, sampler, no_repeat_ngram_size),),
-            (state,), maximum_iterations=self.max_length)[0]
+            lambda s: (self.step(s, options, plan),),
+            (self.start(encoder_ids, cross_cache, plan),), maximum_iterations=self.max_length)[0]
         replies = state.tokens[:, 1:]
-        if sampler.num_beams == 1:
+        if plan.num_beams == 1:
             return replies
-        replies = tf.reshape(replies, [-1, sampler.num_beams, self.max_length])  # (batch, beams, max_length)
+        replies = tf.reshape(replies, [-1, plan.num_beams, self.max_length])  # (batch, beams, max_length)
         lengths = tf.reduce_sum(tf.cast(replies != PAD_ID, tf.float32), axis=-1)
-        scores = tf.reshape(state.scores, [-1, sampler.num_beams])
+        scores = tf.reshape(state.scores, [-1, plan.num_beams])
         normalised = scores / tf.maximum(lengths, 1.0) ** options.length_penalty
         normalised += options.agreement * agreement(replies, encoder_ids) + options.mbr * beam_consensus(replies)
         return tf.gather(replies, tf.argmax(normalised, axis=-1, output_type=tf.int32), batch_dims=1)
 
-    def rerank(self, encoder_ids, cross_cache, replies, retrieved, scores, options: Options):
-        """Choose each question's reply among its generated one (batch, max_length) and its retrieved
-        answers (batch, k, max_length), by `chatbot.rerank`'s features and this model's weights."""
-        return choose(features(self.model, encoder_ids, cross_cache, replies, retrieved, scores, options.steps,
-                               self.rerank_weights), self.rerank_weights)
+    # -- rerank (optional) --
 
-    def reply_features(self, texts, options: Options, count: int) -> Features:
-        """`chatbot.rerank.Features` of each question's greedy reply and `count` retrieved answers (no tone
-        asked), in the graph: what fitting the rerank weights weighs."""
-        tones = self.asked_tones(texts, None)
-        similarity = self.similarity(texts, count)
-        encoder_ids = self.encode_texts(texts, tones, similarity)
-        cross_cache = self.encoded(encoder_ids)
-        replies = self.generated_ids(encoder_ids, cross_cache, options, GreedySampler(), 0)
-        retrieved, scores = self.retrieved_candidates(texts, tones, count, similarity)
-        return features(self.model, encoder_ids, cross_cache, replies, retrieved, scores, options.steps)
+    def rerank(self, prepared: Prepared, cross_cache, replies, options: Options):
+        """Each question's reply chosen among its generated one (batch, max_length) and its retrieved answers,
+        by `chatbot.rerank`'s features and this model's weights."""
+        return choose(features(self.model, prepared.encoder_ids, cross_cache, replies, prepared.retrieved,
+                               prepared.scores, options.steps, self.rerank_weights), self.rerank_weights)
 
-    def warm_up(self, settings: GenerationConfig, options: Options, rows) -> None:
-        """Compile the decoding loop for `settings` for every encoder length and these batch buckets, through
-        `generate` as requests do (XLA shares no compilation between a function alone and inside a graph).
-        With jit_compile "warmed", requests with `settings` use XLA only from then on: none waits for it."""
+    # -- the compiled functions, one set per plan --
+
+    def graphs_for(self, plan: Plan) -> "PlanGraphs":
+        return self.graphs.get(plan, lambda: PlanGraphs(self, plan))
+
+    def replies(self, texts, tones, options: Options, plan: Plan, min_length: int = 0):
+        """Reply ids (batch, max_length) and strings (batch,): the three stages in `plan`'s graph."""
+        return self.graphs_for(plan).replies(tf.convert_to_tensor(texts, tf.string),
+                                             tf.convert_to_tensor(tones, tf.int32), options, tf.constant(min_length))
+
+    def warm_up(self, options: Options, plan: Plan, rows) -> None:
+        """Compile `plan`'s loop for every encoder length and these batch buckets, through `replies` as requests
+        do (XLA shares no compilation between a function alone and inside a graph). With jit_compile "warmed",
+        requests with this plan use XLA only from then on: none waits for it."""
         for length in self.length_buckets:
             for count in rows:
-                self.generate(["안녕"] * count, options, settings, [-1] * count, min_length=length,
-                              jit=bool(self.jit_compile))
-        self._warmed.add(self.settings_key(settings))  # from now on, requests with these settings take XLA
+                self.replies(["안녕"] * count, [-1] * count, options, plan, min_length=length)
+        self._warmed.add(plan)
 
-    def settings_key(self, settings: GenerationConfig) -> tuple:
-        """What a compiled decoding function is made for: strategy, beam width, n-gram size, candidates."""
-        return (settings.strategy, settings.num_beams if settings.strategy == "beam" else 0,
-                settings.no_repeat_ngram_size, self.candidate_count(settings.candidates))
 
-    def generate(self, texts, options: Options, settings: GenerationConfig, tones, min_length: int = 0,
-                 jit: bool | None = None):
-        """Reply ids (batch, max_length) and strings (batch,) from one graph per `settings_key` and `jit` (None:
-        as `jit_compile` says for these settings); detokenizing runs in the graph too."""
-        if jit is None:
-            jit = self.settings_key(settings) in self._warmed if self.jit_compile == "warmed" else bool(self.jit_compile)
-        key = (*self.settings_key(settings), jit)
-        def build():
-            sampler = sampler_for(settings)
+class PlanGraphs:
+    """The graph functions one `Plan` decodes with, each built on first use and traced once with open batch
+    and length dimensions: `replies` (prepare, the padded batch through `loop`, detokenizing: one plain graph),
+    `loop` (encoder pass, `run` and `rerank`; XLA when `plan.jit`, compiled once per shape it meets), and for
+    streaming `begin` and `step`, plain graphs whatever the plan: a compilation costs seconds per encoder
+    length on a CPU, which the first streamed reply would wait for, while a step is milliseconds either way."""
 
-            def generate(texts, options, tones, min_length):
-                ids = self.decode(texts, options, sampler, settings.no_repeat_ngram_size, tones, settings.candidates,
-                                  min_length, jit)
-                return ids, self.tokenizer.detokenize(ids)
+    def __init__(self, decoder: CachedDecoder, plan: Plan):
+        self.decoder, self.plan = decoder, plan
+        self.built = {}  # name -> tf.function
 
-            return tf.function(generate, autograph=False, input_signature=[
-                tf.TensorSpec([None], tf.string), OPTIONS_SIGNATURE, tf.TensorSpec([None], tf.int32),
-                tf.TensorSpec([], tf.int32)])
+    def _function(self, name: str, build):
+        function = self.built.get(name)
+        return function if function is not None else self.built.setdefault(name, build())
 
-        return self._compiled.get(key, build)(tf.constant(texts, tf.string), options, tf.constant(tones, tf.int32),
-                                              tf.constant(min_length, tf.int32))
+    @property
+    def loop(self):
+        decoder, plan = self.decoder, self.plan
+
+        def loop(prepared: Prepared, options: Options):
+            cross_cache = decoder.encode(prepared.encoder_ids)  # for the loop and the rerank
+            replies = decoder.run(prepared.encoder_ids, cross_cache, options, plan)
+            return decoder.rerank(prepared, cross_cache, replies, options) if plan.candidates else replies
+
+        signature = [Prepared(tf.TensorSpec([None, None], tf.int32),
+                              tf.TensorSpec([None, plan.candidates, decoder.max_length], tf.int32),
+                              tf.TensorSpec([None, plan.candidates], tf.float32)), OPTIONS_SIGNATURE]
+        return self._function("loop", lambda: tf.function(loop, jit_compile=plan.jit, autograph=False,
+                                                          input_signature=signature))
+
+    @property
+    def replies(self):
+        decoder, plan = self.decoder, self.plan
+
+        def replies(texts, tones, options: Options, min_length):
+            prepared = decoder.prepare(texts, tones, plan, min_length)
+            batch = tf.shape(texts)[0]
+            rows = bucket(batch, BATCH_BUCKETS)  # a few batch shapes cover every batch size
+            padded = Prepared(*(tf.pad(t, [[0, rows - batch]] + [[0, 0]] * (t.shape.rank - 1)) for t in prepared))
+            ids = self.loop(padded, options)[:batch]
+            return ids, decoder.tokenizer.detokenize(ids)
+
+        signature = [tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32), OPTIONS_SIGNATURE,
+                     tf.TensorSpec([], tf.int32)]
+        return self._function("replies", lambda: tf.function(replies, autograph=False, input_signature=signature))
+
+    @property
+    def begin(self):
+        decoder, plan = self.decoder, self.plan
+
+        def begin(texts, tones):
+            ids = decoder.prepare(texts, tones, plan).encoder_ids
+            return decoder.start(ids, decoder.encode(ids), plan)
+
+        return self._function("begin", lambda: tf.function(begin, autograph=False))
+
+    @property
+    def step(self):
+        return self._function("step", lambda: tf.function(
+            lambda state, options: self.decoder.step(state, options, self.plan), autograph=False))
+
+    def tokens(self, text: str, tone: int, options: Options) -> Iterator[int]:
+        """One question's reply token by token, as each step chooses it, until it ends or `options.steps`."""
+        state = self.begin(tf.constant([text]), tf.constant([tone], tf.int32))
+        for _ in range(int(options.steps)):
+            state = self.step(state, options)
+            if bool(state.finished[0]):
+                return
+            yield int(state.tokens[0, int(state.index)])
 
 
 def _write(tokens, position, values):

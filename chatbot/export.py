@@ -19,7 +19,6 @@ import tensorflow as tf
 
 from chatbot.decoding import CachedDecoder
 from chatbot.generate import Chatbot
-from chatbot.samplers import GreedySampler
 
 
 class ReplyModule(tf.Module):
@@ -34,7 +33,8 @@ class ReplyModule(tf.Module):
         self.retriever = bot.retriever  # and the retrieval index (its table and variables), if any
         self._decoder = CachedDecoder(bot.model, bot.tokenizer, bot.config.context, bot.retriever,
                                       rerank=bot.config.rerank)
-        self._settings, self._options = bot.options(strategy="greedy", max_new_tokens=bot.model.max_length, seed=0)
+        settings, self._options = bot.options(strategy="greedy", max_new_tokens=bot.model.max_length, seed=0)
+        self._plan = self._decoder.plan(settings, jit=True)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions")], autograph=False)
     def serve(self, questions):
@@ -43,9 +43,8 @@ class ReplyModule(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions"),
                                   tf.TensorSpec([None], tf.int32, name="tones")], autograph=False)
     def serve_with_tone(self, questions, tones):
-        ids = self._decoder.decode(questions, self._options, GreedySampler(), no_repeat_ngram_size=0, tones=tones,
-                                   candidates=self._settings.candidates)
-        return {"replies": self._decoder.tokenizer.detokenize(ids)}
+        _, replies = self._decoder.replies(questions, tones, self._options, self._plan)
+        return {"replies": replies}
 
 
 def export_saved_model(model_dir: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:

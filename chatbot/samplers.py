@@ -147,5 +147,6 @@ class BeamSampler(Sampler):
 SAMPLERS = {"greedy": GreedySampler, "beam": BeamSampler, "sample": TopKTopPSampler}  # by `strategy`
 
 
-def sampler_for(settings: GenerationConfig) -> Sampler:
+def sampler_for(settings) -> Sampler:
+    """The sampler of `settings` (a `GenerationConfig` or a `chatbot.plan.Plan`: both name a strategy and a width)."""
     return SAMPLERS[settings.strategy].from_settings(settings)

@@ -2,7 +2,8 @@
 
 Owns: `ReplyBatcher`, which lets many threads (the web app's request workers) ask for one reply
 each while the model decodes them in batches. No thread of its own: one caller at a time leads,
-decoding everything waiting, grouped by model, tone and decoding settings, until its own reply is
+decoding everything waiting, grouped by model, tone and decoding settings (one checked `GenerationConfig`
+per request, passed on as it is), until its own reply is
 done; then it hands the lead to the oldest waiting caller and returns, so no caller's reply waits
 behind batches that arrived after it. A request's error (a question or an option the model refuses) is
 raised in that request's thread only, before it joins a batch; should a batch still fail, its requests are
@@ -25,7 +26,7 @@ class _Request:
     bot: object
     question: str
     tone: object
-    decoding: dict
+    settings: GenerationConfig
     reply: Future = dataclasses.field(default_factory=Future)
     wake: threading.Event = dataclasses.field(default_factory=threading.Event)  # reply done, or lead now
     key: tuple = dataclasses.field(init=False)
@@ -33,7 +34,7 @@ class _Request:
     def __post_init__(self):
         """Requests with equal keys decode as one batch. A seed only matters to sampling, and only
         when it was asked for: other requests share a batch whatever their seed."""
-        settings = GenerationConfig(**self.decoding)
+        settings = self.settings
         if settings.strategy != "sample" or settings.seed is None:
             settings = dataclasses.replace(settings, seed=None)
         self.key = (id(self.bot), self.tone, settings)
@@ -54,11 +55,12 @@ class ReplyBatcher:
         self._busy = False  # a caller leads
         self.batches: list[int] = []  # the size of every batch decoded so far (for tests and benchmarks)
 
-    def reply(self, bot, question: str, tone=None, **decoding) -> str:
+    def reply(self, bot, question: str, tone=None, settings: GenerationConfig | None = None, **decoding) -> str:
+        """`bot`'s reply to `question`; `settings`: the decoding options as the caller checked them, or else
+        `decoding` as keywords."""
         # A refused question or option fails here, in the caller's thread, before it can join a batch.
         check_questions([question])
-        bot.check(tone, **decoding)
-        request = _Request(bot, question, tone, decoding)
+        request = _Request(bot, question, tone, bot.check(tone, settings, **decoding))
         with self._lock:
             self._waiting.append(request)
             if not self._busy:
@@ -93,7 +95,7 @@ class ReplyBatcher:
         head = batch[0]
         self.batches.append(len(batch))
         try:
-            replies = head.bot.reply_batch([r.question for r in batch], head.tone, **head.decoding)
+            replies = head.bot.reply_batch([r.question for r in batch], head.tone, settings=head.settings)
         except BaseException as error:  # noqa: BLE001 - raised in the waiting callers' threads, not this one
             if len(batch) > 1 and isinstance(error, Exception):  # one request's fault must not fail the others
                 for request in batch:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from chatbot.artifacts import check_model_dir
-from chatbot.config import MAX_QUESTION_CHARS
+from chatbot.text import check_questions
 
 
 class UserError(Exception):
@@ -18,11 +18,14 @@ class UserError(Exception):
 
 
 def check_question(text: str) -> str:
-    """A question the model can answer: not blank, at most MAX_QUESTION_CHARS characters."""
+    """A question the model can answer: not blank, and within `text.check_questions`' rule (the one every
+    entry point applies)."""
     if not text.strip():
         raise UserError("the question is empty")
-    if len(text) > MAX_QUESTION_CHARS:
-        raise UserError(f"the question is too long ({len(text):,} characters; at most {MAX_QUESTION_CHARS:,})")
+    try:
+        check_questions([text])
+    except ValueError as error:
+        raise UserError(str(error)) from None
     return text
 
 

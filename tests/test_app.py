@@ -295,7 +295,7 @@ def test_the_first_replies_are_traced_before_the_page_and_xla_compiled_after_it(
 
     class Demo:
         def launch(self, **options):
-            events.append(("page", [key[-1] for key in served[-1].decoder._compiled]))
+            events.append(("page", [plan.jit for plan in served[-1].decoder.graphs]))
 
         def block_thread(self):
             pass

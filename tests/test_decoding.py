@@ -3,8 +3,12 @@
 import numpy as np
 import tensorflow as tf
 
-from chatbot.rerank import token_f1
+from chatbot.config import GenerationConfig
+from chatbot.decoding import Prepared
+from chatbot.selection import reply_features
 from chatbot.generate import Chatbot
+from chatbot.plan import Plan
+from chatbot.rerank import token_f1
 from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID
 from conftest import TINY_PAIRS
 
@@ -39,14 +43,15 @@ def test_training_questions_still_get_their_own_answers(tiny_bot):
 def test_a_recurring_retrieved_answer_wins_over_a_lone_one(tiny_bot):
     """Consensus: among equally close questions, the answer that two of them share is chosen."""
     decoder = tiny_bot.decoder
-    encoder_ids = decoder.encode_texts(["처음 보는 질문이에요"])
+    encoder_ids = decoder.prepare(["처음 보는 질문이에요"], None, Plan()).encoder_ids
     ids = tiny_bot.tokenizer.encode(["오늘만 버텨봐요.", "공원 산책 좋아요."])
     rows = [row + [END_ID] + [PAD_ID] * (decoder.max_length - len(row) - 1) for row in ids]
     retrieved = tf.constant([[rows[1], rows[0], rows[0]]], tf.int32)
     generated = tf.constant([rows[1]], tf.int32)
     _, options = tiny_bot.options()
-    cross_cache = decoder.encoded(encoder_ids)
-    chosen = decoder.rerank(encoder_ids, cross_cache, generated, retrieved, tf.constant([[0.5, 0.5, 0.5]]), options)
+    cross_cache = decoder.encode(encoder_ids)
+    chosen = decoder.rerank(Prepared(encoder_ids, retrieved, tf.constant([[0.5, 0.5, 0.5]])), cross_cache, generated,
+                            options)
     assert chosen.numpy()[0].tolist() == rows[0]
 
 
@@ -58,10 +63,10 @@ def test_a_retrieved_answer_longer_than_max_new_tokens_is_never_chosen(tiny_bot)
 
 def test_candidates_need_a_retrieval_index(tiny_bot):
     bare = Chatbot(tiny_bot.model, tiny_bot.tokenizer, tiny_bot.config, retriever=tiny_bot.retriever)
-    assert bare.decoder.candidate_count(8) == min(8, len(tiny_bot.retriever))
-    assert bare.decoder.candidate_count(0) == 0
+    assert bare.decoder.plan(GenerationConfig(candidates=8)).candidates == min(8, len(tiny_bot.retriever))
+    assert bare.decoder.plan(GenerationConfig(candidates=0)).candidates == 0
     bare.decoder.retriever = None
-    assert bare.decoder.candidate_count(8) == 0
+    assert bare.decoder.plan(GenerationConfig(candidates=8)).candidates == 0
 
 
 def test_reranking_reads_each_reply_up_to_its_width(tiny_bot, monkeypatch):
@@ -70,8 +75,8 @@ def test_reranking_reads_each_reply_up_to_its_width(tiny_bot, monkeypatch):
     import chatbot.rerank as rerank
 
     decoder = tiny_bot.decoder
-    encoder_ids = decoder.encode_texts(["배고파", "비 온다"])
-    cross_cache = decoder.encoded(encoder_ids)
+    encoder_ids = decoder.prepare(["배고파", "비 온다"], None, Plan()).encoder_ids
+    cross_cache = decoder.encode(encoder_ids)
     width, length = 6, tiny_bot.model.max_length
     short = [NUM_SPECIAL + 1, NUM_SPECIAL + 2, END_ID] + [PAD_ID] * (length - 3)
     long = [NUM_SPECIAL + 3 + i for i in range(length - 1)] + [END_ID]
@@ -97,7 +102,7 @@ def test_weights_without_likelihood_skip_its_pass_and_choose_as_with_it(tiny_bot
     weights = RerankConfig(likelihood=0.0, similarity=1.0, consensus=2.0)
     questions = NEW_QUESTIONS + QUESTIONS[:5]
     _, options = tiny_bot.options()
-    found = tiny_bot.decoder.reply_features(tf.constant(questions), options, 8)
+    found = reply_features(tiny_bot.decoder, tf.constant(questions), options, 8)
     assert np.any(found.likelihood.numpy() != 0)
     expected = tiny_bot.texts_of(rerank.choose(found, weights))  # as users get them
 
@@ -121,10 +126,10 @@ def test_the_likelihood_pass_reads_only_the_shortlist_and_the_choice_stays(tiny_
     weights = RerankConfig(likelihood=0.5, similarity=1.0, consensus=2.0)
     texts = tf.constant(NEW_QUESTIONS + QUESTIONS[:5])
     _, options = tiny_bot.options()
-    every = decoder.reply_features(texts, options, 8)
+    every = reply_features(decoder, texts, options, 8)
     assert every.candidates.shape[1] == 9 > 1 + rerank.SHORTLIST
-    encoder_ids = decoder.encode_texts(texts, similarity=decoder.similarity(texts, 8))
-    cross_cache = decoder.encoded(encoder_ids)
+    encoder_ids = decoder.prepare(texts, None, Plan(candidates=8)).encoder_ids
+    cross_cache = decoder.encode(encoder_ids)
     rows_read, full_pass = [], rerank.mean_log_likelihood
 
     def counted(model, replies, *args):

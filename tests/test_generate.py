@@ -7,7 +7,7 @@ from chatbot.config import GenerationConfig
 from chatbot.decoding import BATCH_BUCKETS, COMPILED_KEPT
 from chatbot.generate import Chatbot
 from chatbot.pipeline import bucket
-from chatbot.samplers import GreedySampler
+from chatbot.plan import Plan
 from chatbot.tokenizer import END_ID, NUM_SPECIAL
 from conftest import TINY_PAIRS
 
@@ -39,7 +39,7 @@ def test_batches_are_padded_to_a_few_shapes(tiny_bot):
     assert list(BATCH_BUCKETS) == sorted(BATCH_BUCKETS) and BATCH_BUCKETS[0] == 1
     lengths = tiny_bot.decoder.length_buckets
     assert lengths[-1] == tiny_bot.model.encoder_length and list(lengths) == sorted(set(lengths))
-    width = tiny_bot.decoder.encode_texts(["안녕", "아주 " * 40 + "긴 질문"]).shape[1]
+    width = tiny_bot.decoder.prepare(["안녕", "아주 " * 40 + "긴 질문"], None, Plan()).encoder_ids.shape[1]
     assert width in lengths
 
 
@@ -149,12 +149,12 @@ def test_bad_decoding_options_are_rejected(tiny_bot):
                                  dict(repetition_penalty=float("nan")), dict(length_penalty=float("-inf")),
                                  dict(no_repeat_ngram_size=1), dict(no_repeat_ngram_size=17)])
 def test_bad_options_are_refused_before_decoding_and_the_next_reply_works(tiny_bot, bad):
-    compiled = set(tiny_bot.decoder._compiled)
+    compiled = set(tiny_bot.decoder.graphs)
     for call in (lambda: tiny_bot.reply("배고파", **bad), lambda: tiny_bot.reply_batch(["배고파", "잘 자"], **bad),
                  lambda: tiny_bot.reply_batch([], **bad), lambda: list(tiny_bot.stream("배고파", **bad))):
         with pytest.raises(ValueError):
             call()
-    assert set(tiny_bot.decoder._compiled) == compiled  # no function compiled (and kept) for a refused width
+    assert set(tiny_bot.decoder.graphs) == compiled  # no function compiled (and kept) for a refused width
     assert tiny_bot.reply("배고파") == "맛있는 거 드세요."
 
 
@@ -181,11 +181,11 @@ def test_warm_up_goes_through_the_graph_requests_run_and_changes_no_reply(tiny_m
     bot = Chatbot.load(tiny_model_dir)  # with XLA: warming up is what it is for
     bot.warm_up(rows=(8,))  # the batch bucket of the five questions below: every length of it compiled here
     decoder = bot.decoder
-    loop = decoder.loop(GreedySampler(), 0, decoder.candidate_count(GenerationConfig().candidates))
-    assert loop.experimental_get_tracing_count() == 1 and len(decoder._compiled) == 1
+    graphs = decoder.graphs_for(decoder.plan(GenerationConfig()))
+    assert graphs.loop.experimental_get_tracing_count() == 1 and len(decoder.graphs) == 1
     assert bot.reply_batch(QUESTIONS[:5]) == tiny_bot.reply_batch(QUESTIONS[:5])
-    assert loop.experimental_get_tracing_count() == 1 and len(decoder._compiled) == 1
-    assert next(iter(decoder._compiled.values())).experimental_get_tracing_count() == 1
+    assert graphs.loop.experimental_get_tracing_count() == 1 and len(decoder.graphs) == 1
+    assert graphs.replies.experimental_get_tracing_count() == 1
 
 
 def test_agreement_is_the_token_f1_with_the_retrieved_answers():
@@ -249,7 +249,7 @@ rss = [resident_mib()]
 for options in sweep:
     bot.reply("배고파", **options)
     rss.append(resident_mib())
-print(json.dumps({"rss": rss, "kept": [len(bot.decoder._compiled), len(bot.decoder._loops)]}))
+print(json.dumps({"rss": rss, "kept": [len(bot.decoder.graphs)]}))
 """
 
 
@@ -285,9 +285,9 @@ def test_details_say_when_a_reply_is_a_training_answer_and_which_question_it_ans
 def test_a_warmed_server_uses_xla_only_for_settings_it_compiled_so_no_request_waits(tiny_model_dir, tiny_bot):
     bot = Chatbot.load(tiny_model_dir, jit_compile="warmed")
     assert bot.reply("배고파") == tiny_bot.reply("배고파")
-    assert [key[-1] for key in bot.decoder._compiled] == [False]  # before the warm-up: a plain graph
+    assert [plan.jit for plan in bot.decoder.graphs] == [False]  # before the warm-up: a plain graph
     bot.warm_up(rows=(1,))
     assert bot.reply("배고파") == tiny_bot.reply("배고파")
     assert bot.reply("배고파", no_repeat_ngram_size=3) == tiny_bot.reply("배고파", no_repeat_ngram_size=3)
-    jit_of = {key[:-1]: key[-1] for key in bot.decoder._compiled if key[-1]}
-    assert list(jit_of) == [bot.decoder.settings_key(GenerationConfig())]  # XLA only for the warmed settings
+    compiled = [plan for plan in bot.decoder.graphs if plan.jit]
+    assert compiled == [bot.decoder.plan(GenerationConfig())] and compiled[0].jit  # XLA only for the warmed settings

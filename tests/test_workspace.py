@@ -102,15 +102,14 @@ def test_a_model_loading_keeps_no_request_for_a_loaded_model_waiting(tiny_bot, t
 
 def traces(bot) -> list[int]:
     """How many times each graph the bot has decoded with so far was traced."""
-    graphs = [*bot.decoder._compiled.values(), *bot.decoder._loops.values(), *bot._step.values(), bot._start,
-              bot._encode]
+    graphs = [graph for plan in bot.decoder.graphs.values() for graph in plan.built.values()]
     return [graph.experimental_get_tracing_count() for graph in graphs]
 
 
 def test_a_prepared_model_answers_and_streams_without_tracing_again(tiny_model_dir):
     bot = load_chatbot(tiny_model_dir, jit_compile="warmed", prepare=True)
     traced = traces(bot)
-    assert [key[-1] for key in bot.decoder._compiled] == [False] and sum(traced) > 0  # plain graphs, no XLA
+    assert [plan.jit for plan in bot.decoder.graphs] == [False] and sum(traced) > 0  # plain graphs, no XLA
     bot.reply_batch(["배고파", "오늘 회사에서 상사한테 혼나서 기분이 너무 안 좋아"] * 3)
     list(bot.stream("배고파"))
     assert traces(bot) == traced
