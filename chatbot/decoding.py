@@ -142,8 +142,9 @@ class CachedDecoder:
     def step(self, state: State, options: Options, plan: Plan) -> State:
         """Feed the last token, let the plan's sampler choose the next one, write it at index + 1."""
         last = tf.gather(state.tokens, [state.index], axis=1)
+        before = tf.gather(state.tokens, [tf.maximum(state.index - 1, 0)], axis=1) * tf.cast(state.index > 0, tf.int32)
         logits, self_cache = self.model.decode_step(last, state.index, state.self_cache, state.cross_cache,
-                                                    state.encoder_ids)
+                                                    state.encoder_ids, before)
         logits = process_logits(logits, state.tokens, state.index, state.seen, state.finished,
                                 options.repetition_penalty, plan.no_repeat_ngram_size)
         chosen, parents, scores = sampler_for(plan).next(logits, state.scores, state.index, options)

@@ -229,14 +229,18 @@ class CopyHead(keras.layers.Layer):
     a fluent answer token by token is one easy decision and a blend of two is not.
 
     `project_key(memory)` gives the attention's keys (batch, src_len, d_model) once per question;
-    `call(x, logits, keys, encoder_ids, copyable)` gives float32 log-probabilities (batch, len, vocab) of
-    (1 - gate) * softmax(logits) + gate * copy, where `copy` sums the attention over positions holding each
-    token. Rows with no copyable position get gate 0: the plain vocabulary distribution.
+    `call(x, logits, keys, encoder_ids, copyable, written, before)` gives float32 log-probabilities (batch, len,
+    vocab) of (1 - gate) * softmax(logits) + gate * copy, where `copy` sums the attention over positions holding
+    each token. Rows with no copyable position get gate 0: the plain vocabulary distribution.
+    `written` and `before` (batch, len) are the reply's last token and the one before it at each position
+    (`start_id` and padding at the start). A source position right after the same one (or two) tokens in the
+    source gets a learned bonus, in the attention and in the gate: where a copy stands is then plain, and a
+    copy neither skips nor repeats a piece. A reply's start continues a `separator_id`.
     """
 
-    def __init__(self, d_model, vocab_size, **kwargs):
+    def __init__(self, d_model, vocab_size, start_id=1, separator_id=4, **kwargs):
         super().__init__(**kwargs)
-        self.d_model, self.vocab_size = d_model, vocab_size
+        self.d_model, self.vocab_size, self.start_id, self.separator_id = d_model, vocab_size, start_id, separator_id
         self.query_dense = keras.layers.Dense(d_model, dtype=self.dtype_policy, name="query")
         self.key_dense = keras.layers.Dense(d_model, dtype=self.dtype_policy, name="key")
         self.gate_dense = keras.layers.Dense(1, dtype="float32", name="gate")
@@ -245,21 +249,42 @@ class CopyHead(keras.layers.Layer):
         self.query_dense.build(x_shape)
         self.key_dense.build(memory_shape or x_shape)
         self.gate_dense.build(x_shape)
+        # bonus for continuing after one and after two matching tokens: in the scores, then in the gate
+        self.continuation = self.add_weight(shape=(4,), initializer=keras.initializers.Constant([1.0, 1.0, 0.0, 0.0]),
+                                            dtype="float32", name="continuation")
         super().build(x_shape)
 
     def project_key(self, memory):
         return self.key_dense(memory)
 
-    def call(self, x, logits, keys, encoder_ids, copyable):
+    def continues(self, encoder_ids, copyable, written, before):
+        """(after the last token, after the last two) (batch, len, src_len) bool: copyable positions that
+        follow, in the source, the token(s) the reply just wrote."""
+        def shifted(ids, by):
+            return ops.pad(ids, [[0, 0], [by, 0]], constant_values=-1)[:, :ops.shape(ids)[1]]
+
+        def as_source(ids):  # the reply's start stands where an answer starts: after a separator
+            return ops.where(ops.equal(ids, self.start_id), self.separator_id, ids)
+
+        one = ops.equal(shifted(encoder_ids, 1)[:, None, :], as_source(written)[:, :, None]) & copyable[:, None, :]
+        two = one & ops.equal(shifted(encoder_ids, 2)[:, None, :], as_source(before)[:, :, None])
+        return one, two
+
+    def call(self, x, logits, keys, encoder_ids, copyable, written, before):
         query = self.query_dense(x)
         scores = ops.cast(ops.einsum("bqd,bkd->bqk", query, keys), "float32") / math.sqrt(self.d_model)
+        one, two = (ops.cast(follows, "float32") for follows in self.continues(encoder_ids, copyable, written, before))
+        scores = scores + self.continuation[0] * one + self.continuation[1] * two
         scores = ops.where(copyable[:, None, :], scores, -1e9)
         weights = ops.softmax(scores, axis=-1)  # (batch, len, src_len)
         copy = ops.einsum("bqk,bkv->bqv", weights, ops.one_hot(encoder_ids, self.vocab_size, dtype="float32"))
         has_source = ops.cast(ops.any(copyable, axis=-1), "float32")[:, None, None]
-        gate = ops.sigmoid(self.gate_dense(ops.cast(x, "float32"))) * has_source  # (batch, len, 1)
+        gate_logit = (self.gate_dense(ops.cast(x, "float32")) + self.continuation[2] * ops.max(one, -1, keepdims=True)
+                      + self.continuation[3] * ops.max(two, -1, keepdims=True))
+        gate = ops.sigmoid(gate_logit) * has_source  # (batch, len, 1)
         mixed = (1.0 - gate) * ops.softmax(ops.cast(logits, "float32"), axis=-1) + gate * copy
         return ops.log(mixed + 1e-9)
 
     def get_config(self):
-        return {**super().get_config(), "d_model": self.d_model, "vocab_size": self.vocab_size}
+        return {**super().get_config(), "d_model": self.d_model, "vocab_size": self.vocab_size,
+                "start_id": self.start_id, "separator_id": self.separator_id}

@@ -14,6 +14,7 @@ from chatbot.config import ModelConfig
 from chatbot.layers import (CopyHead, DecoderLayer, EncoderLayer, PositionalEmbedding, causal_mask, padding_mask,
                             register)
 from chatbot.pipeline import answer_positions
+from chatbot.tokenizer import PAD_ID, SEPARATOR_ID, START_ID
 
 
 @register
@@ -47,7 +48,8 @@ class Transformer(keras.Model):
         # Logits in float32 so the softmax and the loss stay exact under mixed precision.
         self.final_dense = None if shared_embeddings else keras.layers.Dense(vocab_size, dtype="float32",
                                                                               name="logits")
-        self.copy_head = CopyHead(d_model, vocab_size, dtype=policy, name="copy_head") if copy_head else None
+        self.copy_head = CopyHead(d_model, vocab_size, START_ID, SEPARATOR_ID, dtype=policy,
+                                  name="copy_head") if copy_head else None
 
     @classmethod
     def from_config_dataclass(cls, config: ModelConfig, **kwargs) -> "Transformer":
@@ -93,7 +95,8 @@ class Transformer(keras.Model):
         copy_keys = None
         if self.copy_head is not None:
             copy_keys = self.copy_head.project_key(memory) if cross_cache is None else self.copy_keys(cross_cache)
-        logits = self.predictions(x, encoder_ids, copy_keys)
+        before = ops.pad(decoder_inputs, [[0, 0], [1, 0]], constant_values=PAD_ID)[:, :-1]
+        logits = self.predictions(x, encoder_ids, copy_keys, decoder_inputs, before)
         return (logits, attention) if return_attention else logits
 
     def decode_hidden(self, decoder_inputs, memory, encoder_ids, training=None, cross_cache=None):
@@ -107,12 +110,13 @@ class Transformer(keras.Model):
             attention.append(weights)
         return x, attention
 
-    def predictions(self, x, encoder_ids, copy_keys=None):
-        """Decoder output (batch, len, d_model) -> float32 logits, or with the copy head log-probabilities."""
+    def predictions(self, x, encoder_ids, copy_keys=None, written=None, before=None):
+        """Decoder output (batch, len, d_model) -> float32 logits, or with the copy head log-probabilities
+        (`written`, `before`: the reply's tokens at and before each position, which the copy head continues)."""
         logits = self.logits(x)
         if self.copy_head is None:
             return logits
-        return self.copy_head(x, logits, copy_keys, encoder_ids, answer_positions(encoder_ids))
+        return self.copy_head(x, logits, copy_keys, encoder_ids, answer_positions(encoder_ids), written, before)
 
     def logits(self, x):
         """Decoder output (batch, len, d_model) -> float32 logits (batch, len, vocab_size)."""
@@ -149,8 +153,9 @@ class Transformer(keras.Model):
         keys = cross_cache[:, self.num_layers, 0]
         return ops.reshape(keys, (ops.shape(keys)[0], ops.shape(keys)[1], self.d_model))
 
-    def decode_step(self, token_ids, index, self_cache, cross_cache, encoder_ids, return_attention=False):
-        """One decoder position: token_ids (batch, 1) at `index` -> logits (batch, vocab), updated cache."""
+    def decode_step(self, token_ids, index, self_cache, cross_cache, encoder_ids, before=None, return_attention=False):
+        """One decoder position: token_ids (batch, 1) at `index` -> logits (batch, vocab), updated cache.
+        `before` (batch, 1): the token before them (padding at index 0), for the copy head."""
         x = self.decoder_embedding(token_ids, start=index)
         memory_mask = padding_mask(encoder_ids)
         layer_caches, attention = [], []
@@ -159,7 +164,8 @@ class Transformer(keras.Model):
             layer_caches.append(layer_cache)
             attention.append(weights)
         copy_keys = None if self.copy_head is None else self.copy_keys(cross_cache)
-        logits = self.predictions(x, encoder_ids, copy_keys)[:, 0]
+        before = ops.zeros_like(token_ids) if before is None else before
+        logits = self.predictions(x, encoder_ids, copy_keys, token_ids, before)[:, 0]
         self_cache = ops.stack(layer_caches, axis=1)
         return (logits, self_cache, attention) if return_attention else (logits, self_cache)
 

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from chatbot.model import Transformer
-from chatbot.tokenizer import SEPARATOR_ID
+from chatbot.pipeline import answer_positions
+from chatbot.tokenizer import PAD_ID, SEPARATOR_ID, START_ID
 
 ENCODER_IDS = np.array([[1, 5, 6, 7, 2, 0], [1, 9, 2, 0, 0, 0]])
 DECODER_IDS = np.array([[1, 8, 9, 10, 11], [1, 12, 13, 2, 0]])
@@ -22,14 +23,16 @@ def small_model(output="dense", encoder_ids=ENCODER_IDS):
 
 @pytest.mark.parametrize("output", OUTPUTS)
 def test_cached_decode_matches_full_forward(output):
-    model = small_model(output)
-    full = np.array(model((ENCODER_IDS, DECODER_IDS), training=False))
-    memory = model.encode(ENCODER_IDS)
+    """Step by step with the cache, each step told the token before its own (which the copy head continues)."""
+    model = small_model(output, WITH_ANSWER_IDS)
+    full = np.array(model((WITH_ANSWER_IDS, DECODER_IDS), training=False))
+    memory = model.encode(WITH_ANSWER_IDS)
     self_cache, cross_cache = model.init_cache(memory)
     steps = []
     for index in range(DECODER_IDS.shape[1]):
+        before = DECODER_IDS[:, index - 1:index] if index else np.zeros_like(DECODER_IDS[:, :1])
         logits, self_cache = model.decode_step(DECODER_IDS[:, index:index + 1], index, self_cache, cross_cache,
-                                               ENCODER_IDS)
+                                               WITH_ANSWER_IDS, before)
         steps.append(np.array(logits))
     np.testing.assert_allclose(np.stack(steps, axis=1)[0], full[0], atol=1e-5)
     np.testing.assert_allclose(np.stack(steps, axis=1)[1, :4], full[1, :4], atol=1e-5)  # before padding
@@ -120,3 +123,16 @@ def test_build_from_shapes_makes_every_weight_without_running_the_model(monkeypa
     monkeypatch.setattr(Transformer, "call", lambda *args, **kwargs: pytest.fail("build ran the model"))
     built.build(((None, 12), (None, 8)))
     assert built.built and [w.shape for w in built.weights] == [w.shape for w in ran.weights]
+
+
+def test_copy_head_marks_the_source_positions_that_continue_what_the_reply_wrote():
+    model = small_model("copy_head", WITH_ANSWER_IDS)
+    copyable = np.array(answer_positions(WITH_ANSWER_IDS))
+    written = np.array([[START_ID, 21, 22, 9], [START_ID, 24, 0, 0]])
+    before = np.array([[PAD_ID, START_ID, 21, 22], [PAD_ID, START_ID, 24, 0]])
+    one, two = (np.array(f) for f in model.copy_head.continues(WITH_ANSWER_IDS, copyable, written, before))
+    # row 0's answer is 21 22 23 at positions 4-6: the start continues at 4, 21 at 5, 22 at 6; 9 is the question's
+    assert [list(np.flatnonzero(one[0, t])) for t in range(4)] == [[4], [5], [6], []]
+    assert [list(np.flatnonzero(two[0, t])) for t in range(4)] == [[], [5], [6], []]
+    assert [list(np.flatnonzero(one[1, t])) for t in range(2)] == [[5], []]  # 24 ends row 1's answer
+
