@@ -56,10 +56,9 @@ class CachedDecoder:
     def __init__(self, model, tokenizer: Tokenizer, context: ContextConfig = NO_CONTEXT, retriever=None,
                  jit_compile: bool | str = True, rerank: RerankConfig = RerankConfig()):
         self.model, self.tokenizer, self.context, self.retriever = model, tokenizer, context, retriever
-        self.rerank_weights = rerank
+        self.rerank_weights, self.max_length = rerank, model.max_length
         if context.retrieved and retriever is None:
             raise ValueError("this model reads retrieved answers: it needs its retrieval index")
-        self.max_length = model.max_length
         self.jit_compile, self._warmed = jit_compile, set()  # True, False, or "warmed": XLA for plans warmed up
         # A question alone fits in 16 tokens, most with a retrieved answer in 32, with two retrieved pairs and
         # their questions in 64 or 96. Each length and batch bucket costs one XLA compilation (seconds on a CPU).

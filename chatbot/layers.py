@@ -228,7 +228,8 @@ class CopyHead(keras.layers.Layer):
     with one attention over the encoder positions the reply may copy from (the retrieved answers), so copying
     a fluent answer token by token is one easy decision and a blend of two is not.
 
-    `project_key(memory)` gives the attention's keys (batch, src_len, d_model) once per question;
+    `project_key(memory)` gives the attention's keys (batch, src_len, d_model) once per question (`call` also
+    takes them split into heads, as `Transformer.cross_cache` keeps them);
     `call(x, logits, keys, encoder_ids, copyable, written, before)` gives float32 log-probabilities (batch, len,
     vocab) of (1 - gate) * softmax(logits) + gate * copy, where `copy` sums the attention over positions holding
     each token. Rows with no copyable position get gate 0: the plain vocabulary distribution.
@@ -271,7 +272,7 @@ class CopyHead(keras.layers.Layer):
         return one, two
 
     def call(self, x, logits, keys, encoder_ids, copyable, written, before):
-        query = self.query_dense(x)
+        query, keys = self.query_dense(x), ops.reshape(keys, (ops.shape(keys)[0], ops.shape(keys)[1], self.d_model))
         scores = ops.cast(ops.einsum("bqd,bkd->bqk", query, keys), "float32") / math.sqrt(self.d_model)
         one, two = (ops.cast(follows, "float32") for follows in self.continues(encoder_ids, copyable, written, before))
         scores = scores + self.continuation[0] * one + self.continuation[1] * two

@@ -11,6 +11,7 @@ import keras
 from keras import ops
 
 from chatbot.config import ModelConfig
+from chatbot.fitting import WorkerFit
 from chatbot.layers import (CopyHead, DecoderLayer, EncoderLayer, PositionalEmbedding, causal_mask, padding_mask,
                             register)
 from chatbot.pipeline import answer_positions
@@ -18,7 +19,7 @@ from chatbot.tokenizer import PAD_ID, SEPARATOR_ID, START_ID
 
 
 @register
-class Transformer(keras.Model):
+class Transformer(WorkerFit):
     """Inputs `(encoder_inputs, decoder_inputs)`, int ids padded with 0, of shapes (batch, <= encoder_length)
     and (batch, <= max_length). Returns float32 logits (batch, decoder_len, vocab_size).
     `encoder_length` (default `max_length`) leaves room for retrieved answers after the question.
@@ -57,10 +58,6 @@ class Transformer(keras.Model):
                    config.dropout, config.max_length, config.encoder_length or None, config.shared_embeddings,
                    config.copy_head, **kwargs)
 
-    @property
-    def head_depth(self):
-        return self.d_model // self.num_heads
-
     def build(self, input_shape):
         """Build every sublayer from the (encoder, decoder) id shapes. Without it Keras builds the model by
         running it symbolically, on every load too: about a second of a one-question `chat -q`."""
@@ -94,7 +91,7 @@ class Transformer(keras.Model):
         x, attention = self.decode_hidden(decoder_inputs, memory, encoder_ids, training, cross_cache)
         copy_keys = None
         if self.copy_head is not None:
-            copy_keys = self.copy_head.project_key(memory) if cross_cache is None else self.copy_keys(cross_cache)
+            copy_keys = self.copy_head.project_key(memory) if cross_cache is None else cross_cache[:, self.num_layers, 0]
         before = ops.pad(decoder_inputs, [[0, 0], [1, 0]], constant_values=PAD_ID)[:, :-1]
         logits = self.predictions(x, encoder_ids, copy_keys, decoder_inputs, before)
         return (logits, attention) if return_attention else logits
@@ -136,7 +133,7 @@ class Transformer(keras.Model):
 
     def empty_cache(self, batch, max_length=None):
         """An empty self-attention cache (batch, layers, 2, max_length, heads, depth)."""
-        return ops.zeros((batch, self.num_layers, 2, max_length or self.max_length, self.num_heads, self.head_depth),
+        return ops.zeros((batch, self.num_layers, 2, max_length or self.max_length, self.num_heads, self.d_model // self.num_heads),
                          dtype=self.compute_dtype)
 
     def cross_cache(self, memory):
@@ -148,11 +145,6 @@ class Transformer(keras.Model):
             cross.append(ops.stack([keys, keys], axis=1))
         return ops.stack(cross, axis=1)
 
-    def copy_keys(self, cross_cache):
-        """The copy head's keys (batch, src_len, d_model), from `cross_cache`."""
-        keys = cross_cache[:, self.num_layers, 0]
-        return ops.reshape(keys, (ops.shape(keys)[0], ops.shape(keys)[1], self.d_model))
-
     def decode_step(self, token_ids, index, self_cache, cross_cache, encoder_ids, before=None, return_attention=False):
         """One decoder position: token_ids (batch, 1) at `index` -> logits (batch, vocab), updated cache.
         `before` (batch, 1): the token before them (padding at index 0), for the copy head."""
@@ -163,38 +155,11 @@ class Transformer(keras.Model):
             x, weights, layer_cache = layer.step(x, index, self_cache[:, i], cross_cache[:, i], memory_mask)
             layer_caches.append(layer_cache)
             attention.append(weights)
-        copy_keys = None if self.copy_head is None else self.copy_keys(cross_cache)
+        copy_keys = None if self.copy_head is None else cross_cache[:, self.num_layers, 0]
         before = ops.zeros_like(token_ids) if before is None else before
         logits = self.predictions(x, encoder_ids, copy_keys, token_ids, before)[:, 0]
         self_cache = ops.stack(layer_caches, axis=1)
         return (logits, self_cache, attention) if return_attention else (logits, self_cache)
-
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        """Keras builds the compiled loss and metrics from a first batch averaged across replicas, which
-        MultiWorkerMirroredStrategy cannot do for integer batches; `train` builds them before `fit`
-        (`build_compiled`), and then there is nothing left to build."""
-        if self._compile_loss is not None and self._compile_loss.built and (
-                self._compile_metrics is None or self._compile_metrics.built):
-            return
-        super()._maybe_symbolic_build(iterator, data_batch)
-
-    def train_step(self, data):
-        return self._for_workers(super().train_step(data))
-
-    def test_step(self, data):
-        return self._for_workers(super().test_step(data))
-
-    def _for_workers(self, logs: dict) -> dict:
-        """Across machines (MultiWorkerMirroredStrategy), Keras averages each worker's logs along axis 0,
-        which a scalar lacks: there, each log is a vector of one."""
-        extended = getattr(getattr(self, "_distribute_strategy", None), "extended", None)
-        if extended is not None and getattr(extended, "_in_multi_worker_mode", lambda: False)():
-            return {name: ops.reshape(value, (1,)) for name, value in logs.items()}
-        return logs
-
-    def build_compiled(self, batch) -> None:
-        """Build the compiled loss and metrics from one (inputs, targets) batch of this process."""
-        self._symbolic_build(data_batch=batch)
 
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "num_layers": self.num_layers,
