@@ -271,18 +271,21 @@ class CopyHead(keras.layers.Layer):
         two = one & ops.equal(shifted(encoder_ids, 2)[:, None, :], as_source(before)[:, :, None])
         return one, two
 
-    def call(self, x, logits, keys, encoder_ids, copyable, written, before):
+    def parts(self, x, keys, encoder_ids, copyable, written, before):
+        """The gate (batch, len, 1) and the copy attention (batch, len, src_len), float32."""
         query, keys = self.query_dense(x), ops.reshape(keys, (ops.shape(keys)[0], ops.shape(keys)[1], self.d_model))
         scores = ops.cast(ops.einsum("bqd,bkd->bqk", query, keys), "float32") / math.sqrt(self.d_model)
         one, two = (ops.cast(follows, "float32") for follows in self.continues(encoder_ids, copyable, written, before))
         scores = scores + self.continuation[0] * one + self.continuation[1] * two
-        scores = ops.where(copyable[:, None, :], scores, -1e9)
-        weights = ops.softmax(scores, axis=-1)  # (batch, len, src_len)
-        copy = ops.einsum("bqk,bkv->bqv", weights, ops.one_hot(encoder_ids, self.vocab_size, dtype="float32"))
+        weights = ops.softmax(ops.where(copyable[:, None, :], scores, -1e9), axis=-1)
         has_source = ops.cast(ops.any(copyable, axis=-1), "float32")[:, None, None]
         gate_logit = (self.gate_dense(ops.cast(x, "float32")) + self.continuation[2] * ops.max(one, -1, keepdims=True)
                       + self.continuation[3] * ops.max(two, -1, keepdims=True))
-        gate = ops.sigmoid(gate_logit) * has_source  # (batch, len, 1)
+        return ops.sigmoid(gate_logit) * has_source, weights
+
+    def call(self, x, logits, keys, encoder_ids, copyable, written, before):
+        gate, weights = self.parts(x, keys, encoder_ids, copyable, written, before)
+        copy = ops.einsum("bqk,bkv->bqv", weights, ops.one_hot(encoder_ids, self.vocab_size, dtype="float32"))
         mixed = (1.0 - gate) * ops.softmax(ops.cast(logits, "float32"), axis=-1) + gate * copy
         return ops.log(mixed + 1e-9)
 

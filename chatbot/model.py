@@ -166,3 +166,14 @@ class Transformer(WorkerFit):
                 "d_model": self.d_model, "num_heads": self.num_heads, "dff": self.dff,
                 "dropout": self.dropout, "max_length": self.max_length, "encoder_length": self.encoder_length,
                 "shared_embeddings": self.shared_embeddings, "copy_head": self.has_copy_head}
+
+
+def copy_parts(model: Transformer, encoder_ids, decoder_inputs):
+    """For a model with the copy head, teacher-forced over `decoder_inputs` (batch, len): how much of each next
+    token comes from copying (the gate, (batch, len)) and from where (the copy attention, (batch, len, src_len))."""
+    memory = model.encode(encoder_ids, training=False)
+    x, _ = model.decode_hidden(decoder_inputs, memory, encoder_ids, training=False)
+    before = ops.pad(decoder_inputs, [[0, 0], [1, 0]], constant_values=PAD_ID)[:, :-1]
+    gate, weights = model.copy_head.parts(x, model.copy_head.project_key(memory), encoder_ids,
+                                          answer_positions(encoder_ids), decoder_inputs, before)
+    return gate[..., 0], weights

@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from chatbot.model import Transformer
+from chatbot.model import Transformer, copy_parts
 from chatbot.pipeline import answer_positions
 from chatbot.tokenizer import PAD_ID, SEPARATOR_ID, START_ID
 
@@ -136,3 +136,16 @@ def test_copy_head_marks_the_source_positions_that_continue_what_the_reply_wrote
     assert [list(np.flatnonzero(two[0, t])) for t in range(4)] == [[], [5], [6], []]
     assert [list(np.flatnonzero(one[1, t])) for t in range(2)] == [[5], []]  # 24 ends row 1's answer
 
+
+
+def test_copy_parts_are_the_gate_and_attention_the_reply_mixes():
+    model = small_model("copy_head", WITH_ANSWER_IDS)
+    gate, weights = (np.array(part) for part in copy_parts(model, WITH_ANSWER_IDS, DECODER_IDS))
+    assert gate.shape == DECODER_IDS.shape and ((gate > 0) & (gate < 1)).all()
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    assert np.abs(weights[:, :, ~np.array(answer_positions(WITH_ANSWER_IDS))[0]][0]).max() < 1e-6  # row 0's question
+    memory = model.encode(WITH_ANSWER_IDS)
+    x, _ = model.decode_hidden(DECODER_IDS, memory, WITH_ANSWER_IDS)
+    copy = np.einsum("bqk,bkv->bqv", weights, np.eye(40)[WITH_ANSWER_IDS])
+    mixed = (1 - gate[..., None]) * np.array(keras.ops.softmax(model.logits(x))) + gate[..., None] * copy
+    np.testing.assert_allclose(np.exp(np.array(model((WITH_ANSWER_IDS, DECODER_IDS)))), mixed + 1e-9, atol=1e-5)
