@@ -2,8 +2,9 @@
 
 For 100 questions it prints p50/p95 milliseconds per reply for: the seed tutorial's loop (re-runs
 the encoder and the whole decoder prefix for every token, eagerly), cached greedy compiled as a plain
-graph (the previous path) and with XLA, the default (XLA greedy, then 8 retrieved answers weighed
-against the reply: `candidates`), beam search (width 4) and top-p sampling,
+graph (the previous path) and with XLA, the default decoding (`GenerationConfig()`, XLA), greedy with 8
+retrieved answers weighed against the reply (`candidates`), beam search (width 4; width 8 with `agreement`)
+and top-p sampling,
 single requests and batches of 32; time to first token and per token when streaming; then the
 speedups over the tutorial's loop.
 
@@ -53,14 +54,20 @@ def main():
     plain.decoder.jit_compile = False
     pairs, _ = load_pairs(args.data)
     questions = [p.question for p in pairs[: args.questions]]
-    print(f"model: {args.model}; {len(questions)} questions from {args.data}")
+    from chatbot.config import GenerationConfig
+
+    default = GenerationConfig()
+    print(f"model: {args.model}; {len(questions)} questions from {args.data}; default decoding: "
+          f"{default.strategy}, candidates={default.candidates}")
 
     single = {
         "tutorial loop": lambda q: bot.naive_reply(q),
         "cached, no XLA": lambda q: plain.reply(q, candidates=0),
         "cached greedy": lambda q: bot.reply(q, candidates=0),
-        "default (+8 candidates)": lambda q: bot.reply(q),
+        "default": lambda q: bot.reply(q),
+        "greedy + 8 candidates": lambda q: bot.reply(q, candidates=8),
         "cached beam 4": lambda q: bot.reply(q, strategy="beam", num_beams=4, candidates=0),
+        "beam 8 + agreement 4": lambda q: bot.reply(q, strategy="beam", num_beams=8, agreement=4, candidates=0),
         "cached top-p 0.9": lambda q: bot.reply(q, strategy="sample", top_p=0.9, seed=0, candidates=0),
     }
     for name, fn in single.items():  # warm up: trace and compile every shape (encoder length buckets) first
@@ -75,6 +82,7 @@ def main():
     batch_fns = {
         "batch32 greedy": lambda b: bot.reply_batch(b, candidates=0),
         "batch32 default": lambda b: bot.reply_batch(b),
+        "batch32 + 8 candidates": lambda b: bot.reply_batch(b, candidates=8),
         "batch32 beam 4": lambda b: bot.reply_batch(b, strategy="beam", num_beams=4, candidates=0),
         "batch32 top-p 0.9": lambda b: bot.reply_batch(b, strategy="sample", top_p=0.9, seed=0, candidates=0),
     }
@@ -103,7 +111,7 @@ def main():
     for name, (p50, p95) in results.items():
         print(f"{name:24s} {p50:9.2f} {p95:9.2f}")
     tutorial = results["tutorial loop"][0]
-    for name in ("cached, no XLA", "cached greedy", "default (+8 candidates)", "cached beam 4", "batch32 greedy"):
+    for name in ("cached, no XLA", "cached greedy", "default", "cached beam 4", "batch32 greedy"):
         print(f"speedup of {name} over the tutorial's loop (p50): {tutorial / results[name][0]:.1f}x")
     print(f"beam 4 cost relative to greedy (p50): {results['cached beam 4'][0] / results['cached greedy'][0]:.2f}x")
 

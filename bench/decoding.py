@@ -76,7 +76,7 @@ def main():
         start, replies = time.perf_counter(), []
         for first in range(0, len(questions), 64):
             replies += bot.reply_batch(questions[first:first + 64], **options)
-        show(row or "default (greedy, candidates=8)", replies, (time.perf_counter() - start) * 1000 / len(questions))
+        show(row or "default decoding", replies, (time.perf_counter() - start) * 1000 / len(questions))
 
 
 if __name__ == "__main__":

@@ -37,7 +37,8 @@ class ModelConfig:
     encoder_length: int = 0  # longest encoder input (question, tone, retrieved answers); 0: max_length
     shared_embeddings: bool = _flag(False, "the output layer is the decoder's token embedding, transposed "
                                            "(fewer weights)")
-    copy_head: bool = _flag(False, "a pointer-generator output that may copy the retrieved answers token by token")
+    copy_head: bool = _flag(True, "write every token from the vocabulary, without the copy head (a pointer-generator "
+                                  "output that copies the retrieved answers token by token when the model decides to)")
 
     def __post_init__(self):
         if self.d_model % self.num_heads:
@@ -210,9 +211,8 @@ class GenerationConfig:
                                   "answers to its score (0: off; needs a model that reads retrieved answers)")
     mbr: float = _flag(0.0, "beam search: add this times the reply's mean word overlap (token F1) with the other beams "
                             "to its score, so a reply the beams agree on wins (minimum Bayes risk decoding; 0: off)")
-    candidates: int = _flag(8, "also weigh the answers of this many nearest training questions against the generated "
-                               "reply and answer with the one that the model and those answers agree on most (0: off, "
-                               "the reply is what the model decoded; used by models that read retrieved answers)")
+    candidates: int = _flag(0, "weigh the answers of this many nearest training questions against the decoded reply "
+                               "and answer with the one the model and they agree on most (0: the reply as decoded)")
     temperature: float = _flag(1.0, "for --strategy sample; higher is more random")
     top_k: int = _flag(0, "sample among the k likeliest tokens (0: all)")
     top_p: float = _flag(1.0, "nucleus sampling mass (1.0: off)")
@@ -284,6 +284,7 @@ class ChatbotConfig:
         data = raw.get("data", {})
         if "path" in data and "paths" not in data:  # written before training on several files
             data["paths"] = [data["path"]] if data["path"] else []
+        raw.setdefault("model", {}).setdefault("copy_head", False)  # written before the copy head existed
 
         def section(section_cls, name):
             known = {f.name for f in dataclasses.fields(section_cls)}

@@ -23,7 +23,7 @@ from chatbot.generate import Chatbot
 
 class ReplyModule(tf.Module):
     """`serve(questions: string[batch]) -> {"replies": string[batch]}` with `Chatbot.reply`'s default
-    decoding (greedy, then `candidates` retrieved answers weighed against the reply), and
+    decoding (the model's own reply, as the compiled loop writes it), and
     `serve_with_tone(questions, tones: int32[batch])` (0 everyday, 1 sad, 2 love, -1 none)."""
 
     def __init__(self, bot: Chatbot):
@@ -33,7 +33,7 @@ class ReplyModule(tf.Module):
         self.retriever = bot.retriever  # and the retrieval index (its table and variables), if any
         self._decoder = CachedDecoder(bot.model, bot.tokenizer, bot.config.context, bot.retriever,
                                       rerank=bot.config.rerank)
-        settings, self._options = bot.options(strategy="greedy", max_new_tokens=bot.model.max_length, seed=0)
+        settings, self._options = bot.options(max_new_tokens=bot.model.max_length, seed=0)
         self._plan = self._decoder.plan(settings, jit=True)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions")], autograph=False)

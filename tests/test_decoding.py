@@ -1,6 +1,7 @@
 """The compiled decoder's reranking: the generated reply weighed against the retrieved answers."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from chatbot.config import GenerationConfig
@@ -33,6 +34,24 @@ def test_the_reply_is_the_generated_one_or_a_retrieved_answer(tiny_bot):
     nearest = tiny_bot.retriever.nearest(NEW_QUESTIONS + QUESTIONS[:5], 4).numpy()
     for reply, own, answers in zip(reranked, generated, nearest):
         assert reply == own or reply in {a.decode("utf-8") for a in answers}
+
+
+def test_the_default_reply_is_what_the_decoding_loop_wrote(tiny_model_dir, monkeypatch):
+    """No default reply is chosen among retrieved answers after decoding: the rerank stage never runs, and the
+    reply is the model's own greedy decoding (the full-recompute oracle writes the same)."""
+    from chatbot.decoding import CachedDecoder
+
+    def refuse(*_, **__):
+        raise AssertionError("the default reply was chosen after decoding")
+
+    monkeypatch.setattr(CachedDecoder, "rerank", refuse)
+    bot = Chatbot.load(tiny_model_dir, jit_compile=False)
+    questions = NEW_QUESTIONS + QUESTIONS[:5]
+    replies = bot.reply_batch(questions)
+    assert replies == [bot.naive_reply(q) for q in questions]
+    assert [bot.reply(q) for q in questions[:3]] == replies[:3]
+    with pytest.raises(AssertionError, match="chosen after decoding"):  # what reranking would have done
+        bot.reply_batch(questions, candidates=4)
 
 
 def test_training_questions_still_get_their_own_answers(tiny_bot):

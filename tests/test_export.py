@@ -34,5 +34,5 @@ def test_saved_model_answers_like_chatbot_without_the_package(tiny_bot, tiny_mod
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     plain, sad = json.loads(result.stdout.splitlines()[-1])
-    assert plain == [tiny_bot.reply(q, strategy="greedy") for q in questions]
-    assert sad == [tiny_bot.reply(q, tone="sad", strategy="greedy") for q in questions]
+    assert plain == [tiny_bot.reply(q) for q in questions]  # the default decoding: the loop's own reply
+    assert sad == [tiny_bot.reply(q, tone="sad") for q in questions]

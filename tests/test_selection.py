@@ -6,7 +6,8 @@ import pytest
 import sacrebleu
 
 from chatbot.evaluate import reply_metrics
-from chatbot.selection import MIN_UNIQUE, fit_rerank_weights, selection_score, unsampled, validation_sample
+from chatbot.selection import (MIN_UNIQUE, RERANK_FIT_CANDIDATES, fit_rerank_weights, selection_score, unsampled,
+                               validation_sample)
 
 
 @pytest.mark.parametrize("count", [0, 7, 500, 999, 1001, 1474])
@@ -60,8 +61,10 @@ def test_fitted_rerank_weights_do_no_worse_than_the_defaults_and_score_what_deco
              "오늘 좀 피곤하네": "푹 쉬세요.", "시험 또 망쳤다": "다음엔 잘할 거예요.", "생일이야": "생일 축하해요!"}
     questions, references = list(asked), list(asked.values())
     weights, chrf = fit_rerank_weights(tiny_bot, questions, references, batch_size=3)  # two batches
-    default_chrf = sacrebleu.corpus_chrf(tiny_bot.reply_batch(questions), [references]).score
+    default_chrf = sacrebleu.corpus_chrf(tiny_bot.reply_batch(questions, candidates=RERANK_FIT_CANDIDATES),
+                                        [references]).score
     assert weights.fitted_on == len(questions) and chrf >= default_chrf
     fitted = Chatbot(tiny_bot.model, tiny_bot.tokenizer, dataclasses.replace(tiny_bot.config, rerank=weights),
                      retriever=tiny_bot.retriever, jit_compile=False)
-    assert sacrebleu.corpus_chrf(fitted.reply_batch(questions), [references]).score == pytest.approx(chrf)
+    replies = fitted.reply_batch(questions, candidates=RERANK_FIT_CANDIDATES)  # the option the weights are for
+    assert sacrebleu.corpus_chrf(replies, [references]).score == pytest.approx(chrf)
