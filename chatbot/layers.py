@@ -276,11 +276,12 @@ class CopyHead(keras.layers.Layer):
         query, keys = self.query_dense(x), ops.reshape(keys, (ops.shape(keys)[0], ops.shape(keys)[1], self.d_model))
         scores = ops.cast(ops.einsum("bqd,bkd->bqk", query, keys), "float32") / math.sqrt(self.d_model)
         one, two = (ops.cast(follows, "float32") for follows in self.continues(encoder_ids, copyable, written, before))
-        scores = scores + self.continuation[0] * one + self.continuation[1] * two
+        bonus = ops.cast(self.continuation, "float32")  # under mixed precision Keras hands variables over as float16
+        scores = scores + bonus[0] * one + bonus[1] * two
         weights = ops.softmax(ops.where(copyable[:, None, :], scores, -1e9), axis=-1)
         has_source = ops.cast(ops.any(copyable, axis=-1), "float32")[:, None, None]
-        gate_logit = (self.gate_dense(ops.cast(x, "float32")) + self.continuation[2] * ops.max(one, -1, keepdims=True)
-                      + self.continuation[3] * ops.max(two, -1, keepdims=True))
+        gate_logit = (self.gate_dense(ops.cast(x, "float32")) + bonus[2] * ops.max(one, -1, keepdims=True)
+                      + bonus[3] * ops.max(two, -1, keepdims=True))
         return ops.sigmoid(gate_logit) * has_source, weights
 
     def call(self, x, logits, keys, encoder_ids, copyable, written, before):
