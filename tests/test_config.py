@@ -141,3 +141,9 @@ def test_numpy_numbers_become_plain_python_numbers():
 
     settings = GenerationConfig(num_beams=np.int64(3), temperature=np.float32(0.5))
     assert type(settings.num_beams) is int and type(settings.temperature) is float
+
+
+def test_a_config_written_before_the_copy_head_reads_as_a_model_without_it():
+    assert ChatbotConfig().model.copy_head  # new models have it
+    assert not ChatbotConfig.from_json('{"model": {"num_layers": 4}}').model.copy_head
+    assert ChatbotConfig.from_json(ChatbotConfig().to_json()).model.copy_head
