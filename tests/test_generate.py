@@ -243,7 +243,7 @@ def resident_mib():
         return int(statm.read().split()[1]) * 4096 / 2**20
 
 bot = Chatbot.load(sys.argv[1], jit_compile=False)
-sweep = [dict(no_repeat_ngram_size=n) for n in range(2, 17)] + [dict(candidates=c) for c in range(1, 12)]
+sweep = [dict(no_repeat_ngram_size=n) for n in range(2, 14)] + [dict(candidates=c) for c in range(1, 9)]
 bot.reply("배고파")
 rss = [resident_mib()]
 for options in sweep:
