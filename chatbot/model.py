@@ -92,8 +92,7 @@ class Transformer(WorkerFit):
         copy_keys = None
         if self.copy_head is not None:
             copy_keys = self.copy_head.project_key(memory) if cross_cache is None else cross_cache[:, self.num_layers, 0]
-        before = ops.pad(decoder_inputs, [[0, 0], [1, 0]], constant_values=PAD_ID)[:, :-1]
-        logits = self.predictions(x, encoder_ids, copy_keys, decoder_inputs, before)
+        logits = self.predictions(x, encoder_ids, copy_keys, decoder_inputs, preceding(decoder_inputs))
         return (logits, attention) if return_attention else logits
 
     def decode_hidden(self, decoder_inputs, memory, encoder_ids, training=None, cross_cache=None):
@@ -133,7 +132,8 @@ class Transformer(WorkerFit):
 
     def empty_cache(self, batch, max_length=None):
         """An empty self-attention cache (batch, layers, 2, max_length, heads, depth)."""
-        return ops.zeros((batch, self.num_layers, 2, max_length or self.max_length, self.num_heads, self.d_model // self.num_heads),
+        depth = self.d_model // self.num_heads
+        return ops.zeros((batch, self.num_layers, 2, max_length or self.max_length, self.num_heads, depth),
                          dtype=self.compute_dtype)
 
     def cross_cache(self, memory):
@@ -173,7 +173,11 @@ def copy_parts(model: Transformer, encoder_ids, decoder_inputs):
     token comes from copying (the gate, (batch, len)) and from where (the copy attention, (batch, len, src_len))."""
     memory = model.encode(encoder_ids, training=False)
     x, _ = model.decode_hidden(decoder_inputs, memory, encoder_ids, training=False)
-    before = ops.pad(decoder_inputs, [[0, 0], [1, 0]], constant_values=PAD_ID)[:, :-1]
     gate, weights = model.copy_head.parts(x, model.copy_head.project_key(memory), encoder_ids,
-                                          answer_positions(encoder_ids), decoder_inputs, before)
+                                          answer_positions(encoder_ids), decoder_inputs, preceding(decoder_inputs))
     return gate[..., 0], weights
+
+
+def preceding(decoder_inputs):
+    """Each position's token before it (batch, len): padding at the first, as a cached step sees it."""
+    return ops.pad(decoder_inputs, [[0, 0], [1, 0]], constant_values=PAD_ID)[:, :-1]
