@@ -205,20 +205,7 @@ def run_train(args) -> None:
 
 
 def run_chat(args) -> None:
-    decoding = _decoding(args)
-    if args.question is None:  # a conversation or piped lines: each graph is traced once and reused
-        terminal.chat(args.model, None, decoding)
-        return
-    import tensorflow as tf
-
-    # One reply runs its decoding ops once per token: eagerly that takes about a second, while tracing and
-    # optimising the graph first costs 3-5 s on two cores. The reply is the same.
-    eager = tf.config.functions_run_eagerly()
-    tf.config.run_functions_eagerly(True)
-    try:
-        terminal.chat(args.model, args.question, decoding)
-    finally:
-        tf.config.run_functions_eagerly(eager)
+    terminal.chat(args.model, args.question, _decoding(args))
 
 
 def run_eval(args) -> None:

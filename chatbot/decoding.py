@@ -59,7 +59,9 @@ class CachedDecoder:
         self.rerank_weights, self.max_length = rerank, model.max_length
         if context.retrieved and retriever is None:
             raise ValueError("this model reads retrieved answers: it needs its retrieval index")
-        self.jit_compile, self._warmed = jit_compile, set()  # True, False, or "warmed": XLA for plans warmed up
+        # True, False, "warmed" (XLA for plans warmed up) or "eager": one-off replies run op by op, since
+        # tracing the loop costs twice the CPU of running it once (`chat -q` waits for neither).
+        self.jit_compile, self._warmed = jit_compile, set()
         # A question alone fits in 16 tokens, most with a retrieved answer in 32, with two retrieved pairs and
         # their questions in 64 or 96. Each length and batch bucket costs one XLA compilation (seconds on a CPU).
         self.length_buckets = tuple(b for b in (16, 32, 64, 96) if b < model.encoder_length) + (model.encoder_length,)
@@ -73,7 +75,7 @@ class CachedDecoder:
         if jit is None and self.jit_compile == "warmed":
             compiled = Plan.of(settings, retrievable, jit=True)
             return compiled if compiled in self._warmed else dataclasses.replace(compiled, jit=False)
-        return Plan.of(settings, retrievable, bool(self.jit_compile) if jit is None else jit)
+        return Plan.of(settings, retrievable, self.jit_compile is True if jit is None else jit)
 
     # -- prepare: strings -> ids (plain graph) --
 
@@ -187,9 +189,12 @@ class CachedDecoder:
         return self.graphs.get(plan, lambda: PlanGraphs(self, plan))
 
     def replies(self, texts, tones, options: Options, plan: Plan, min_length: int = 0):
-        """Reply ids (batch, max_length) and strings (batch,): the three stages in `plan`'s graph."""
-        return self.graphs_for(plan).replies(tf.convert_to_tensor(texts, tf.string),
-                                             tf.convert_to_tensor(tones, tf.int32), options, tf.constant(min_length))
+        """Reply ids (batch, max_length) and strings (batch,): the three stages in `plan`'s graph (or run
+        eagerly, with `jit_compile` "eager")."""
+        graphs = self.graphs_for(plan)
+        replies = graphs.replies_eagerly if self.jit_compile == "eager" else graphs.replies
+        return replies(tf.convert_to_tensor(texts, tf.string), tf.convert_to_tensor(tones, tf.int32), options,
+                       tf.constant(min_length))
 
     def warm_up(self, options: Options, plan: Plan, rows) -> None:
         """Compile `plan`'s loop for every encoder length and these batch buckets, through `replies` as requests
@@ -216,36 +221,41 @@ class PlanGraphs:
         function = self.built.get(name)
         return function if function is not None else self.built.setdefault(name, build())
 
+    def _loop(self, prepared: Prepared, options: Options):
+        """Encoder pass, `run` and `rerank`: what `loop` compiles."""
+        cross_cache = self.decoder.encode(prepared.encoder_ids)  # for the loop and the rerank
+        replies = self.decoder.run(prepared.encoder_ids, cross_cache, options, self.plan)
+        return self.decoder.rerank(prepared, cross_cache, replies, options) if self.plan.candidates else replies
+
+    def _replies(self, texts, tones, options: Options, min_length, loop):
+        """Prepare, the padded batch through `loop`, detokenizing: what `replies` traces."""
+        prepared = self.decoder.prepare(texts, tones, self.plan, min_length)
+        batch = tf.shape(texts)[0]
+        rows = bucket(batch, BATCH_BUCKETS)  # a few batch shapes cover every batch size
+        padded = Prepared(*(tf.pad(t, [[0, rows - batch]] + [[0, 0]] * (t.shape.rank - 1)) for t in prepared))
+        ids = loop(padded, options)[:batch]
+        return ids, self.decoder.tokenizer.detokenize(ids)
+
     @property
     def loop(self):
-        decoder, plan = self.decoder, self.plan
-
-        def loop(prepared: Prepared, options: Options):
-            cross_cache = decoder.encode(prepared.encoder_ids)  # for the loop and the rerank
-            replies = decoder.run(prepared.encoder_ids, cross_cache, options, plan)
-            return decoder.rerank(prepared, cross_cache, replies, options) if plan.candidates else replies
-
+        plan, max_length = self.plan, self.decoder.max_length
         signature = [Prepared(tf.TensorSpec([None, None], tf.int32),
-                              tf.TensorSpec([None, plan.candidates, decoder.max_length], tf.int32),
+                              tf.TensorSpec([None, plan.candidates, max_length], tf.int32),
                               tf.TensorSpec([None, plan.candidates], tf.float32)), OPTIONS_SIGNATURE]
-        return self._function("loop", lambda: tf.function(loop, jit_compile=plan.jit, autograph=False,
+        return self._function("loop", lambda: tf.function(self._loop, jit_compile=plan.jit, autograph=False,
                                                           input_signature=signature))
 
     @property
     def replies(self):
-        decoder, plan = self.decoder, self.plan
-
-        def replies(texts, tones, options: Options, min_length):
-            prepared = decoder.prepare(texts, tones, plan, min_length)
-            batch = tf.shape(texts)[0]
-            rows = bucket(batch, BATCH_BUCKETS)  # a few batch shapes cover every batch size
-            padded = Prepared(*(tf.pad(t, [[0, rows - batch]] + [[0, 0]] * (t.shape.rank - 1)) for t in prepared))
-            ids = self.loop(padded, options)[:batch]
-            return ids, decoder.tokenizer.detokenize(ids)
-
         signature = [tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32), OPTIONS_SIGNATURE,
                      tf.TensorSpec([], tf.int32)]
-        return self._function("replies", lambda: tf.function(replies, autograph=False, input_signature=signature))
+        return self._function("replies", lambda: tf.function(
+            lambda texts, tones, options, min_length: self._replies(texts, tones, options, min_length, self.loop),
+            autograph=False, input_signature=signature))
+
+    def replies_eagerly(self, texts, tones, options: Options, min_length):
+        """`replies` op by op: no tracing, slower per token; for a process that answers once."""
+        return self._replies(texts, tones, options, min_length, self._loop)
 
     @property
     def begin(self):

@@ -32,7 +32,8 @@ class Chatbot:
     """A trained model ready to answer. Decoding options: see `GenerationConfig`; every method that decodes
     takes them as keywords, or already checked as `settings`. With `jit_compile=False` the same decoding loop
     runs as a plain graph: no XLA compilation per batch and encoder-length shape (seconds each on a CPU) but
-    slower replies; for tests and one-off scripts."""
+    slower replies; for tests and scripts. With "eager" it runs op by op, untraced: for a process that
+    answers one question."""
 
     def __init__(self, model, tokenizer: Tokenizer, config: ChatbotConfig, path: str | Path | None = None,
                  retriever=None, jit_compile: bool | str = True):
@@ -93,7 +94,7 @@ class Chatbot:
         app does it at start, in the background, up to its `ReplyBatcher`'s largest batch, 16), so the first
         requests of each size do not wait for XLA."""
         settings, options = self.options(settings, **decoding)
-        self.decoder.warm_up(options, self.decoder.plan(settings, jit=bool(self.decoder.jit_compile)), rows)
+        self.decoder.warm_up(options, self.decoder.plan(settings, jit=self.decoder.jit_compile in (True, "warmed")), rows)
 
     def _checked(self, texts, tone, settings, decoding) -> tuple[list[str], list[int], GenerationConfig, Options]:
         """The questions, their tones, the settings and their tensors, all checked before any decoding."""

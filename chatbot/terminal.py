@@ -37,18 +37,19 @@ def chat(model: str, question: str | None, decoding: dict) -> None:
     if question is None and not sys.stdin.isatty():
         answer_lines(ModelOnFirstUse(model, decoding), sys.stdin.buffer, decoding)
         return
-    bot = load_for_chat(model, decoding, jit_compile=False)
+    bot = load_for_chat(model, decoding, jit_compile="eager" if question is not None else False)
     if question is not None:
         print(bot.reply(question, **decoding))
     else:
         chat_interactively(bot, model, decoding)
 
 
-def load_for_chat(model: str, decoding: dict, jit_compile: bool = True):
+def load_for_chat(model: str, decoding: dict, jit_compile: bool | str = True):
     """The model, with the decoding options that depend on it checked (no_repeat_ngram_size vs its max_length).
-    One question or a conversation decodes as a plain graph (`jit_compile=False`): XLA compiles once per
-    batch and question-length bucket, seconds each on a CPU, so the first reply and each reply to a question
-    of a new length would wait 5 s for a reply that takes 50 ms uncompiled; many piped lines are worth it."""
+    A conversation decodes as a plain graph (`jit_compile=False`): XLA compiles once per batch and
+    question-length bucket, seconds each on a CPU, so the first reply and each reply to a question of a new
+    length would wait 5 s for a reply that takes 50 ms uncompiled; many piped lines are worth it. One question
+    runs eagerly ("eager"): tracing the loop would cost more than running it once."""
     from chatbot.generate import Chatbot
 
     bot = Chatbot.load(model, jit_compile=jit_compile)

@@ -151,12 +151,17 @@ def test_chat_one_shot(tiny_model_dir, capsys, monkeypatch):
     import tensorflow as tf
     from chatbot.generate import Chatbot
 
-    asked, eager, reply_batch = record_jit_compile(monkeypatch), [], Chatbot.reply_batch
-    monkeypatch.setattr(Chatbot, "reply_batch", lambda *args, **options: eager.append(
-        tf.config.functions_run_eagerly()) or reply_batch(*args, **options))
+    asked, traced, reply_batch = record_jit_compile(monkeypatch), [], Chatbot.reply_batch
+
+    def recording(bot, *args, **options):
+        replies = reply_batch(bot, *args, **options)
+        traced.extend(name for graphs in bot.decoder.graphs.values() for name in graphs.built)
+        return replies
+
+    monkeypatch.setattr(Chatbot, "reply_batch", recording)
     status, out, _ = main(capsys, "chat", "--model", tiny_model_dir, "--question", "배고파")
     assert status == 0 and out.strip() == "맛있는 거 드세요."
-    assert asked == [False] and eager == [True] and not tf.config.functions_run_eagerly()  # graphs for the rest
+    assert asked == ["eager"] and traced == [] and not tf.config.functions_run_eagerly()  # no global switch
 
     question = "오늘 회사에서 혼났어"
     out = main(capsys, "chat", "--model", tiny_model_dir, "-q", question, "--strategy", "sample", "--seed", "5")[1]

@@ -291,3 +291,16 @@ def test_a_warmed_server_uses_xla_only_for_settings_it_compiled_so_no_request_wa
     assert bot.reply("배고파", no_repeat_ngram_size=3) == tiny_bot.reply("배고파", no_repeat_ngram_size=3)
     compiled = [plan for plan in bot.decoder.graphs if plan.jit]
     assert compiled == [bot.decoder.plan(GenerationConfig())] and compiled[0].jit  # XLA only for the warmed settings
+
+
+def test_an_eager_bot_replies_as_the_graph_does_without_tracing_anything(tiny_bot):
+    """`chat -q` answers once per process: run op by op, the same loop gives the same tokens, and no
+    function was traced for it (tracing the loop costs more than running it once)."""
+    eager = Chatbot(tiny_bot.model, tiny_bot.tokenizer, tiny_bot.config, retriever=tiny_bot.retriever,
+                    jit_compile="eager")
+    questions = QUESTIONS[:4] + ["처음 보는 질문이에요"]
+    for options in ({}, {"strategy": "beam", "num_beams": 3}, {"candidates": 2}):
+        assert np.array_equal(eager.reply_ids(questions, **options), tiny_bot.reply_ids(questions, **options))
+    assert eager.reply("배고파") == tiny_bot.reply("배고파")
+    assert all(not graphs.built for graphs in eager.decoder.graphs.values())
+    assert not any(plan.jit for plan in eager.decoder.graphs)
