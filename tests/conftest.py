@@ -88,9 +88,6 @@ def tiny_csv(tmp_path_factory) -> Path:
 def tiny_config(epochs=4, **train):
     from chatbot.config import ChatbotConfig, DataConfig, ModelConfig, TokenizerConfig, TrainConfig
 
-    # float32 unless asked: the tiny model has to learn its thirty pairs by heart in 450 steps, and on a CPU
-    # with bfloat16 instructions `train`'s default mixed bfloat16 learns them less exactly (24 against 28).
-    train.setdefault("mixed_precision", False)
     return ChatbotConfig(
         model=ModelConfig(num_layers=1, d_model=32, num_heads=2, dff=64, dropout=0.0, max_length=16),
         tokenizer=TokenizerConfig(vocab_size=200),
