@@ -13,10 +13,7 @@ Rows:
 - "package, question only": `train`'s model settings (4,000 pieces, dropout 0, the package's fused Adam)
   on the tutorial's input.
 - "package: train's defaults": as `train` runs by default: the encoder also reads the question's tone
-  and the answer of its nearest training question, so each pair costs more than in the other rows, and
-  the step runs in `train`'s precision for this machine (mixed bfloat16 on a CPU with bfloat16
-  instructions, mixed float16 on a GPU, else float32).
-- "... in float32": the same when that precision is not float32, to show what it buys.
+  and the answer of its nearest training question, so each pair costs more than in the other rows.
 
 The package's tokens are not the tutorial's unit (another tokenizer), so its rows compare in pairs
 per second (an epoch's time).
@@ -58,7 +55,6 @@ def main():
     from chatbot.pipeline import make_dataset
     from chatbot.retrieval import Retriever
     from chatbot.context import context_for, training_batches
-    from chatbot.train import cpu_has_bfloat16, has_gpu, training_policy
 
     pairs, tokenizer, questions, answers = tokenized_pairs(args.data, 8000)
     _, own_tokenizer, own_questions, own_answers = tokenized_pairs(args.data, 4000)
@@ -68,9 +64,9 @@ def main():
     def tutorial_optimizer():
         return keras.optimizers.Adam(WarmupSchedule(128), beta_1=0.9, beta_2=0.98, epsilon=1e-9)
 
-    def steps_for(config, optimizer, policy="float32"):
+    def steps_for(config, optimizer):
         """(plain step, XLA step) training one new model of this `ModelConfig` with this optimizer."""
-        model = Transformer.from_config_dataclass(config, dtype=policy)
+        model = Transformer.from_config_dataclass(config)
         model.compile(optimizer=optimizer(), loss=MaskedSparseCrossEntropy(),
                       metrics=[MaskedAccuracy()])
 
@@ -89,10 +85,7 @@ def main():
                                         train=TrainConfig(batch_size=args.batch_size)), pairs)
     plain, xla = steps_for(tutorial_model, tutorial_optimizer)
     own_plain, _ = steps_for(dataclasses.replace(package.model, encoder_length=0), lambda: transformer_optimizer(128))
-    policy = training_policy(package.train, has_gpu(), cpu_has_bfloat16())
-    defaults_step, _ = steps_for(package.model, lambda: transformer_optimizer(128), policy)
-    float32_step, _ = steps_for(package.model, lambda: transformer_optimizer(128))
-    print(f"train's precision here: {policy}")
+    defaults_step, _ = steps_for(package.model, lambda: transformer_optimizer(128))
 
     def dataset(data, bucketed):
         return make_dataset(*data, max_length=args.max_length, batch_size=args.batch_size, bucketed=bucketed)
@@ -106,8 +99,6 @@ def main():
         "package: train's defaults": (defaults_step, training_batches(own_tokenizer, pairs, package, True,
                                                                       Retriever(pairs), True)[0], True),
     }
-    if policy != "float32":
-        rows["... in float32"] = (float32_step, rows["package: train's defaults"][1], True)
     pipelines = {name: data for name, (_, data, _) in rows.items()}
     epoch = max(int(data.cardinality()) for data in pipelines.values())
     batches = {name: iter(data.repeat()) for name, data in pipelines.items()}

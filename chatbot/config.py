@@ -141,7 +141,7 @@ class TrainConfig:
     label_smoothing: float = _flag(0.0, "share of each target's probability spread over the whole vocabulary (0: off)")
     early_stopping: int = _flag(0, "stop after this many epochs without improvement of the --select metric (0: off)",
                                 metavar="PATIENCE")
-    mixed_precision: bool | None = _flag(None, "train in float32 even on a GPU or a bfloat16 CPU")  # None: on there
+    mixed_precision: bool | None = _flag(None, "train in float32 even on a GPU")  # None: on when a GPU is present
     xla: bool | None = _flag(None, "do not compile with XLA")  # None: on when a GPU is present
     strategy: str = _flag("auto", "tf.distribute: mirrored = all local GPUs; multi-worker = machines in TF_CONFIG",
                           choices=DISTRIBUTIONS)

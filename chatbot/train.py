@@ -3,8 +3,8 @@
 Owns: one `train()` that turns clean pairs and a `ChatbotConfig` into a model directory.
 State of an unfinished run (tokenizer, backups, best weights, logs) lives in `<out>.training/`
 beside the output (see `chatbot.runstate`), so `resume=True` continues a killed or crashed run
-from its last completed epoch, optimizer included. Mixed precision is on by default where the
-hardware pays for it (a GPU, or a CPU with bfloat16 instructions), XLA when a GPU is present.
+from its last completed epoch, optimizer included. Mixed precision and XLA are on by default
+when a GPU is present.
 Must not decode text.
 """
 
@@ -14,7 +14,6 @@ import dataclasses
 import json
 import math
 import random
-import re
 from pathlib import Path
 
 import keras
@@ -23,7 +22,7 @@ import tensorflow as tf
 
 from chatbot.artifacts import (HISTORY_FILE, INDEX_FILE, METRICS_FILE, ArtifactError, discard_dir, kill_point,
                                save_model_dir)
-from chatbot.config import ChatbotConfig, TokenizerConfig, TrainConfig
+from chatbot.config import ChatbotConfig, TokenizerConfig
 from chatbot.context import context_for, training_batches
 from chatbot.data import QAPair, split_by_question
 from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy
@@ -38,26 +37,6 @@ from chatbot.tokenizer import Tokenizer
 
 def has_gpu() -> bool:
     return bool(tf.config.list_physical_devices("GPU"))
-
-
-def cpu_has_bfloat16(cpuinfo: str | None = None) -> bool:
-    """Whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX): there oneDNN trains the
-    model in mixed bfloat16 two to three times as fast as in float32 (BENCHMARKS.md)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return False
-    return re.search(r"\b(avx512_bf16|amx_bf16)\b", cpuinfo) is not None
-
-
-def training_policy(train: TrainConfig, gpu: bool, bfloat16_cpu: bool) -> str:
-    """The Keras dtype policy of training: mixed float16 on a GPU, mixed bfloat16 on a CPU, float32 when
-    mixed precision is off. Unset, it is on where the hardware pays for it (a GPU, a bfloat16 CPU)."""
-    mixed = (gpu or bfloat16_cpu) if train.mixed_precision is None else train.mixed_precision
-    if not mixed:
-        return "float32"
-    return "mixed_float16" if gpu else "mixed_bfloat16"
 
 
 def make_strategy(name: str) -> tf.distribute.Strategy:
@@ -177,12 +156,12 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
             f" (up to {config.model.encoder_length} tokens)")
 
     gpu = has_gpu()
-    policy = training_policy(config.train, gpu, cpu_has_bfloat16())
+    mixed = gpu if config.train.mixed_precision is None else config.train.mixed_precision
     xla = gpu if config.train.xla is None else config.train.xla
-    log(f"device: {'GPU' if gpu else 'CPU'}; precision {policy.replace('_', ' ')}; XLA {'on' if xla else 'off'}; "
+    log(f"device: {'GPU' if gpu else 'CPU'}; mixed precision {'on' if mixed else 'off'}; XLA {'on' if xla else 'off'}; "
         f"{strategy.num_replicas_in_sync} replica(s)")
     with strategy.scope():
-        model = Transformer.from_config_dataclass(config.model, dtype=policy)
+        model = Transformer.from_config_dataclass(config.model, dtype="mixed_float16" if mixed else "float32")
         model.compile(optimizer=transformer_optimizer(config.model.d_model, config.train.warmup_steps,
                                                       config.train.peak_learning_rate),
                       loss=MaskedSparseCrossEntropy(config.train.label_smoothing),

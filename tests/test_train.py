@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from chatbot.artifacts import ArtifactError, load_model_dir
-from chatbot.config import ChatbotConfig, TrainConfig
+from chatbot.config import ChatbotConfig
 from chatbot.data import load_pairs
-from chatbot.train import cpu_has_bfloat16, state_dir_for, train, training_policy
+from chatbot.train import state_dir_for, train
 from conftest import ROOT, TINY_PAIRS, tiny_config, write_csv
 
 
@@ -81,21 +81,6 @@ def test_mixed_precision_training_writes_a_float32_model(tmp_path, tiny_csv):
                 log=lambda *_: None)
     _, _, model, _ = load_model_dir(out)
     assert model.dtype_policy.name == "float32"
-
-
-def test_bfloat16_cpus_are_told_apart_by_their_flags():
-    assert cpu_has_bfloat16("flags\t\t: fpu sse avx2 avx512f avx512_bf16 avx512_vnni\n")
-    assert cpu_has_bfloat16("flags\t\t: fpu avx512f amx_bf16 amx_tile\n")
-    assert not cpu_has_bfloat16("flags\t\t: fpu sse avx2 avx512f avx512_vnni\n")
-    assert not cpu_has_bfloat16("Features\t: fp asimd bf16x\n")  # only whole flag names count
-
-
-@pytest.mark.parametrize("mixed, gpu, bfloat16_cpu, policy", [
-    (None, True, False, "mixed_float16"), (None, False, True, "mixed_bfloat16"), (None, False, False, "float32"),
-    (False, True, True, "float32"), (True, False, False, "mixed_bfloat16"), (True, True, True, "mixed_float16"),
-])
-def test_training_precision_is_mixed_where_the_hardware_pays_for_it(mixed, gpu, bfloat16_cpu, policy):
-    assert training_policy(TrainConfig(mixed_precision=mixed), gpu, bfloat16_cpu) == policy
 
 
 @pytest.mark.slow  # trains two models
