@@ -59,9 +59,7 @@ class CachedDecoder:
         self.rerank_weights, self.max_length = rerank, model.max_length
         if context.retrieved and retriever is None:
             raise ValueError("this model reads retrieved answers: it needs its retrieval index")
-        # True, False, "warmed" (XLA for plans warmed up) or "eager": one-off replies run op by op, since
-        # tracing the loop costs twice the CPU of running it once (`chat -q` waits for neither).
-        self.jit_compile, self._warmed = jit_compile, set()
+        self.jit_compile, self._warmed = jit_compile, set()  # True, False, "warmed" (XLA once warmed up) or "eager"
         # A question alone fits in 16 tokens, most with a retrieved answer in 32, with two retrieved pairs and
         # their questions in 64 or 96. Each length and batch bucket costs one XLA compilation (seconds on a CPU).
         self.length_buckets = tuple(b for b in (16, 32, 64, 96) if b < model.encoder_length) + (model.encoder_length,)
@@ -189,12 +187,9 @@ class CachedDecoder:
         return self.graphs.get(plan, lambda: PlanGraphs(self, plan))
 
     def replies(self, texts, tones, options: Options, plan: Plan, min_length: int = 0):
-        """Reply ids (batch, max_length) and strings (batch,): the three stages in `plan`'s graph (or run
-        eagerly, with `jit_compile` "eager")."""
-        graphs = self.graphs_for(plan)
-        replies = graphs.replies_eagerly if self.jit_compile == "eager" else graphs.replies
-        return replies(tf.convert_to_tensor(texts, tf.string), tf.convert_to_tensor(tones, tf.int32), options,
-                       tf.constant(min_length))
+        """Reply ids (batch, max_length) and strings (batch,): the three stages in `plan`'s graph."""
+        return self.graphs_for(plan).replies(tf.convert_to_tensor(texts, tf.string),
+                                             tf.convert_to_tensor(tones, tf.int32), options, tf.constant(min_length))
 
     def warm_up(self, options: Options, plan: Plan, rows) -> None:
         """Compile `plan`'s loop for every encoder length and these batch buckets, through `replies` as requests
@@ -247,15 +242,13 @@ class PlanGraphs:
 
     @property
     def replies(self):
+        if self.decoder.jit_compile == "eager":  # op by op, for a process that answers once: tracing the loop
+            return lambda *args: self._replies(*args, self._loop)  # costs twice the CPU of running it once
         signature = [tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32), OPTIONS_SIGNATURE,
                      tf.TensorSpec([], tf.int32)]
         return self._function("replies", lambda: tf.function(
             lambda texts, tones, options, min_length: self._replies(texts, tones, options, min_length, self.loop),
             autograph=False, input_signature=signature))
-
-    def replies_eagerly(self, texts, tones, options: Options, min_length):
-        """`replies` op by op: no tracing, slower per token; for a process that answers once."""
-        return self._replies(texts, tones, options, min_length, self._loop)
 
     @property
     def begin(self):

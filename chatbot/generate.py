@@ -94,7 +94,8 @@ class Chatbot:
         app does it at start, in the background, up to its `ReplyBatcher`'s largest batch, 16), so the first
         requests of each size do not wait for XLA."""
         settings, options = self.options(settings, **decoding)
-        self.decoder.warm_up(options, self.decoder.plan(settings, jit=self.decoder.jit_compile in (True, "warmed")), rows)
+        jit = self.decoder.jit_compile in (True, "warmed")
+        self.decoder.warm_up(options, self.decoder.plan(settings, jit=jit), rows)
 
     def _checked(self, texts, tone, settings, decoding) -> tuple[list[str], list[int], GenerationConfig, Options]:
         """The questions, their tones, the settings and their tensors, all checked before any decoding."""
