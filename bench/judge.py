@@ -12,7 +12,8 @@ rate, the specific rate and SSA (their mean).
     python bench/judge.py score --sheet judge/sheet.csv --key judge/key.json
 
 A system is `NAME=DECODING` (decoding as in bench/decoding.py: `name=value,...`; empty: the defaults), for the
-model of the last `--model` before it; `--lookup` adds the answer of the nearest training question.
+model of the last `--model` before it; `--lookup` adds the answer of the nearest training question by the
+model's index, `--bigram-lookup` by TF-IDF over character bigrams alone (bench/quality.py's lookup row).
 """
 
 import argparse
@@ -29,6 +30,7 @@ PROBES = ROOT / "bench" / "probes.txt"
 
 
 def replies_of_systems(args) -> dict[str, list[str]]:
+    from chatbot.data import QAPair
     from chatbot.generate import Chatbot
 
     messages = [line.strip() for line in open(args.probes, encoding="utf-8") if line.strip()]
@@ -38,6 +40,11 @@ def replies_of_systems(args) -> dict[str, list[str]]:
             bot, label = Chatbot.load(value, jit_compile=False), Path(value).name
         elif kind == "lookup":
             systems[f"{label}:lookup"] = [a.decode() for a in bot.retriever.nearest(messages, 1).numpy()[:, 0]]
+        elif kind == "bigram_lookup":
+            from quality import nearest_question_answers
+
+            asked = [QAPair(message, "") for message in messages]
+            systems[f"{label}:bigram-lookup"] = nearest_question_answers(list(bot.retriever.pairs), asked)
         else:
             name, _, decoding = value.partition("=")
             systems[f"{label}:{name}"] = bot.reply_batch(messages, **parse_decode(decoding))
@@ -84,7 +91,7 @@ def score(args) -> None:
 
 
 class Step(argparse.Action):
-    """Keeps --model, --system and --lookup in the order given."""
+    """Keeps --model, --system and the lookups in the order given."""
 
     def __call__(self, parser, namespace, value, option_string=None):
         namespace.steps.append((self.dest, value))
@@ -98,6 +105,7 @@ def main(argv=None) -> int:
     writing.add_argument("--model", action=Step, dest="model", required=True)
     writing.add_argument("--system", action=Step, dest="system", metavar="NAME=DECODING")
     writing.add_argument("--lookup", action=Step, dest="lookup", nargs=0)
+    writing.add_argument("--bigram-lookup", action=Step, dest="bigram_lookup", nargs=0)
     writing.add_argument("--probes", default=str(PROBES))
     writing.add_argument("--out", required=True)
     writing.add_argument("--seed", type=int, default=0)

@@ -8,7 +8,9 @@ Splits ChatbotData by question (5% held out, fixed seed), then scores on the hel
                  the same 4-layer d_model-128 transformer, greedy decoding that re-runs the model on the
                  whole prefix for every token (its replies get their punctuation re-attached before
                  scoring, which only helps it);
-  (b) retrieval  no learning: the answer of the nearest training question (TF-IDF, character bigrams);
+  (b) retrieval  no learning: the answer of the nearest training question (TF-IDF, character bigrams),
+                 and the same with the index the model reads (`chatbot.retrieval`: characters and bigrams),
+                 so what (c) gains from its index shows as such;
   (c) ours       `chatbot.train.train` with this package's defaults (plus any --set overrides), then
                  the default decoding (plus any --decode variants).
 
@@ -122,6 +124,15 @@ def nearest_question_answers(train, test) -> list[str]:
                 scores[ids] += count * idf[gram] * weights
         replies.append(train[int(np.argmax(scores))].answer)
     return replies
+
+
+def index_answers(train, test) -> list[str]:
+    """The nearest training answer by the index a model trained on `train` retrieves from, asked as (c) is
+    asked (no tone)."""
+    from chatbot.retrieval import Retriever
+
+    found = Retriever(train).nearest([p.question for p in test], 1)
+    return [row[0].decode("utf-8") for row in found.numpy()]
 
 
 # -- (a) the seed tutorial's recipe ------------------------------------------------------------
@@ -319,6 +330,7 @@ def main():
     if args.only in ("all", "retrieval"):
         rows.append(score("(b) retrieval: nearest question, TF-IDF", nearest_question_answers(train, test), test,
                           args.out))
+        rows.append(score("(b) the model's index: characters + bigrams", index_answers(train, test), test, args.out))
     if args.only in ("all", "tutorial"):
         replies, info = run_tutorial(train, test, args.budget_min, args.out)
         rows.append(score("(a) tutorial recipe", replies, test, args.out, info))

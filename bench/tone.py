@@ -2,7 +2,7 @@
 
 For held-out questions (the validation split of the model's own training run, so questions it never
 trained on), asks for each tone in turn and labels every reply by a nearest-answer vote: the label of
-the training answer closest to it (TF-IDF over character bigrams, the retrieval index's measure, over
+the training answer closest to it (TF-IDF over characters and bigrams, the retrieval index's measure, over
 the answers instead of the questions). Prints, per asked tone, how often the vote agrees, beside the
 rate a tone-blind model would get (the share of that label among training answers).
 

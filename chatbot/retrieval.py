@@ -1,8 +1,9 @@
 """Nearest-question retrieval, inside the graph: the training answers a reply can build on.
 
 Owns: the retrieval index of a model directory (`retrieval.json`: the training pairs), TF-IDF over
-character bigrams of the training questions with cosine similarity (smooth idf, l2-normalised rows,
-as scikit-learn's TfidfVectorizer) kept as an inverted index (each bigram's questions), the in-graph
+the characters and character bigrams of the training questions with cosine similarity (smooth idf,
+l2-normalised rows, as scikit-learn's TfidfVectorizer with ngram_range (1, 2)) kept as an inverted
+index (each n-gram's questions), the in-graph
 lookup that decoding and the SavedModel run, a preference for answers of the asked tone, and
 leave-one-out lookups for training (a question never finds itself, nor any row with the same
 question). Must not know about token ids or the model.
@@ -27,7 +28,10 @@ TONE_BONUS = 0.15
 # this from the others' scores (cosines, at most 1).
 OTHER_TONE_PENALTY = 10.0
 NO_TONE = -1
-CODE_BITS, CODE_MASK = 21, (1 << 21) - 1  # a bigram as one int64: two Unicode code points
+CODE_BITS, CODE_MASK = 21, (1 << 21) - 1  # an n-gram as one int64: two Unicode code points (0 before a unigram)
+# A character found in more questions than this share (and this count) is not indexed: such characters
+# (이, 요, 나, a space) say little about a question, and their postings would make up most of each lookup's work.
+COMMON_CHAR_SHARE, COMMON_CHAR_COUNT = 0.05, 100
 
 
 def char_bigrams(text: str) -> list[str]:
@@ -35,29 +39,44 @@ def char_bigrams(text: str) -> list[str]:
     return [text[i:i + 2] for i in range(len(text) - 1)]
 
 
+def char_grams(text: str) -> list[str]:
+    """What a question is indexed by: its characters, then its character bigrams (less the common characters,
+    `tf_idf_postings`). Characters alone match a word however it is spaced or inflected; bigrams keep the order."""
+    return list(text) + char_bigrams(text)
+
+
 def tf_idf_postings(questions: list[str]):
-    """The index of `questions`: the bigram vocabulary in code point order ([""] when no question has two
-    characters), each bigram's smooth idf (float32), and its postings, an inverted index: bigram i's rows
-    (int64, ascending) and l2-normalised TF-IDF weights (float32) are at [starts[i], starts[i + 1]); rows are
-    the questions' positions. Built with array operations, since every model load builds it: a Python loop
-    over 28,000 questions' bigrams took a second of a cold start, these take a tenth of that."""
+    """The index of `questions` over `char_grams`, less the characters found in more than COMMON_CHAR_SHARE of
+    them and more than COMMON_CHAR_COUNT: the n-gram vocabulary, characters then bigrams, each in code point
+    order ([""] when there is none), each n-gram's smooth idf (float32), and its postings, an inverted index:
+    n-gram i's rows (int64, ascending) and l2-normalised TF-IDF weights (float32) are at
+    [starts[i], starts[i + 1]); rows are the questions' positions. Built with array operations, since every model load builds it: a Python loop
+    over 28,000 questions' n-grams took a second of a cold start, these take a tenth of that."""
     lengths = np.fromiter(map(len, questions), np.int64, len(questions))
     codes = np.frombuffer("".join(questions).encode("utf-32-le", "surrogatepass"), np.uint32).astype(np.int64)
     owner = np.repeat(np.arange(len(questions)), lengths)  # the question of each character
     inside = owner[:-1] == owner[1:]  # a bigram never spans two questions
-    vocabulary, columns = np.unique((codes[:-1] << CODE_BITS | codes[1:])[inside], return_inverse=True)
+    grams = np.concatenate([codes, (codes[:-1] << CODE_BITS | codes[1:])[inside]])
+    owner = np.concatenate([owner, owner[:-1][inside]])
+    vocabulary, columns = np.unique(grams, return_inverse=True)
+    entries, counts = np.unique(owner * max(len(vocabulary), 1) + columns, return_counts=True)  # (question, n-gram)
+    rows, columns = entries // max(len(vocabulary), 1), entries % max(len(vocabulary), 1)
+    found_in = np.bincount(columns, minlength=len(vocabulary))
+    common = (vocabulary >> CODE_BITS == 0) & (found_in > max(COMMON_CHAR_SHARE * len(questions), COMMON_CHAR_COUNT))
+    kept = ~common[columns]
+    rows, columns, counts = rows[kept], (np.cumsum(~common) - 1)[columns[kept]], counts[kept]
+    vocabulary, found_in = vocabulary[~common], found_in[~common]
     size = max(len(vocabulary), 1)
-    entries, counts = np.unique(owner[:-1][inside] * size + columns, return_counts=True)  # (question, bigram)
-    rows, columns = entries // size, entries % size
     idf = np.ones(size, np.float32)
-    idf[:len(vocabulary)] = np.log((1 + len(questions)) / (1 + np.bincount(columns, minlength=len(vocabulary)))) + 1
+    idf[:len(vocabulary)] = np.log((1 + len(questions)) / (1 + found_in)) + 1
     weights = counts * idf[columns].astype(np.float64)
     norms = np.sqrt(np.bincount(rows, weights * weights, minlength=len(questions)))
     weights /= norms[rows]
-    order = np.lexsort((rows, columns))  # by bigram, then question
+    order = np.lexsort((rows, columns))  # by n-gram, then question
     starts = np.zeros(size + 1, np.int64)
     np.cumsum(np.bincount(columns, minlength=size), out=starts[1:])
-    keys = [chr(code >> CODE_BITS) + chr(code & CODE_MASK) for code in vocabulary.tolist()] or [""]
+    keys = [(chr(code >> CODE_BITS) if code >> CODE_BITS else "") + chr(code & CODE_MASK)
+            for code in vocabulary.tolist()] or [""]
     return keys, idf, starts, rows[order], weights[order].astype(np.float32)
 
 
@@ -77,7 +96,7 @@ class Retriever(tf.Module):
             tf.constant(keys), tf.range(len(keys), dtype=tf.int64)), default_value=-1)
         self.vocabulary_size = len(idf)
         self.idf = tf.Variable(idf, trainable=False, name="idf")
-        # bigram i's postings: [posting_starts[i], posting_starts[i + 1])
+        # n-gram i's postings: [posting_starts[i], posting_starts[i + 1])
         self.posting_starts = tf.Variable(starts, trainable=False, name="posting_starts")
         self.posting_rows = tf.Variable(rows, trainable=False, name="posting_rows")
         self.posting_weights = tf.Variable(weights, trainable=False, name="posting_weights")
@@ -92,22 +111,22 @@ class Retriever(tf.Module):
 
     def similarity(self, texts):
         """Questions (batch,) -> cosine similarity to every training question (batch, pairs), in [0, 1]
-        (0 for a question with no known bigram)."""
+        (0 for a question with no known character)."""
         texts = normalize_tf(texts)
-        grams = tf.strings.ngrams(tf.strings.unicode_split(texts, "UTF-8"), 2, separator="")
+        grams = tf.strings.ngrams(tf.strings.unicode_split(texts, "UTF-8"), (1, 2), separator="")
         ids = self.table.lookup(grams)
         known = ids.flat_values >= 0
         rows = tf.boolean_mask(ids.value_rowids(), known)
         columns = tf.boolean_mask(ids.flat_values, known)
         batch, size = tf.shape(texts, out_type=tf.int64)[0], tf.constant(self.vocabulary_size, tf.int64)
-        # The query's weights: each bigram once per question, its idf times its count, l2-normalised.
+        # The query's weights: each n-gram once per question, its idf times its count, l2-normalised.
         entries, entry_of = tf.unique(rows * size + columns)
         entry_rows, entry_columns = entries // size, entries % size
         weights = tf.math.unsorted_segment_sum(tf.gather(self.idf, columns), entry_of, tf.size(entries))
         squares = tf.math.unsorted_segment_sum(tf.square(weights), entry_rows, batch)
         weights *= tf.gather(tf.math.rsqrt(tf.maximum(squares, 1e-12)), entry_rows)  # as tf.math.l2_normalize
-        # Cosine: summed over the bigrams a training question shares with the query, read from the postings of
-        # the query's bigrams only (a few thousand entries instead of every question's bigrams).
+        # Cosine: summed over the n-grams a training question shares with the query, read from the postings of
+        # the query's n-grams only (a few thousand entries instead of every question's n-grams).
         starts, ends = tf.gather(self.posting_starts, entry_columns), tf.gather(self.posting_starts, entry_columns + 1)
         hits = tf.ragged.range(starts, ends)  # (entries, None): positions in the postings
         shared = tf.gather(self.posting_weights, hits.flat_values) * tf.repeat(weights, hits.row_lengths())

@@ -14,17 +14,26 @@ from chatbot.config import ChatbotConfig, ContextConfig, ModelConfig
 from chatbot.context import answer_likeness, context_for, noised, with_gold_biased, with_own_answer
 from chatbot.data import QAPair, load_pairs, split_by_question
 from chatbot.pipeline import encoder_inputs
-from chatbot.retrieval import Retriever, char_bigrams, index_json, tf_idf_postings
+from chatbot.retrieval import COMMON_CHAR_COUNT, COMMON_CHAR_SHARE, Retriever, char_grams, index_json, tf_idf_postings
 from chatbot.tokenizer import END_ID, SEPARATOR_ID, START_ID, TONE_IDS
 from conftest import ROOT
 
 
-def reference_similarity(train_questions, question):
-    """scikit-learn's TfidfVectorizer(analyzer=char bigrams, smooth_idf, l2) cosine, in plain Python."""
-    docs = [Counter(char_bigrams(q)) for q in train_questions]
+def indexed_grams(questions):
+    """Each question's n-gram counts, less the characters too common to index, and each n-gram's document count."""
+    docs = [Counter(char_grams(q)) for q in questions]
     df = Counter(g for doc in docs for g in doc)
+    common = {g for g, n in df.items() if len(g) == 1 and n > max(COMMON_CHAR_SHARE * len(docs), COMMON_CHAR_COUNT)}
+    docs = [Counter({g: c for g, c in doc.items() if g not in common}) for doc in docs]
+    return docs, Counter({g: n for g, n in df.items() if g not in common})
+
+
+def reference_similarity(train_questions, question):
+    """scikit-learn's TfidfVectorizer(analyzer="char", ngram_range=(1, 2), smooth_idf, l2) cosine, in plain Python,
+    without the common characters."""
+    docs, df = indexed_grams(train_questions)
     idf = {g: math.log((1 + len(docs)) / (1 + n)) + 1 for g, n in df.items()}
-    query = {g: c * idf[g] for g, c in Counter(char_bigrams(question)).items() if g in idf}
+    query = {g: c * idf[g] for g, c in Counter(char_grams(question)).items() if g in idf}
     query_norm = math.sqrt(sum(w * w for w in query.values())) or 1.0
     scores = []
     for doc in docs:
@@ -79,11 +88,11 @@ def test_the_index_round_trips_and_drops_repeated_rows():
 
 
 def reference_postings(questions):
-    """The inverted index built the plain way: each bigram's idf, and its (row, weight) postings, bigrams sorted."""
-    docs = [Counter(char_bigrams(q)) for q in questions]
-    df = Counter(g for doc in docs for g in doc)
+    """The inverted index built the plain way: each n-gram's idf, and its (row, weight) postings, characters
+    before bigrams, each in code point order."""
+    docs, df = indexed_grams(questions)
     idf = {g: math.log((1 + len(docs)) / (1 + n)) + 1 for g, n in df.items()}
-    postings = {g: [] for g in sorted(df)}
+    postings = {g: [] for g in sorted(df, key=lambda g: (len(g), g))}
     for row, doc in enumerate(docs):
         norm = math.sqrt(sum((count * idf[g]) ** 2 for g, count in doc.items()))
         for g, count in doc.items():
@@ -96,11 +105,12 @@ def test_the_index_built_with_arrays_is_the_one_built_the_plain_way(bundled_spli
     keys, idf, starts, rows, weights = tf_idf_postings(questions)
     expected_idf, postings = reference_postings(questions)
     assert keys == list(postings)
+    assert " " not in keys and "요" not in keys and "배" in keys and "배고" in keys  # common characters are not indexed
     np.testing.assert_allclose(idf, [expected_idf[g] for g in keys], rtol=1e-6)
     assert starts.tolist() == np.cumsum([0] + [len(p) for p in postings.values()]).tolist()
     assert rows.tolist() == [row for p in postings.values() for row, _ in p]
     np.testing.assert_allclose(weights, [w for p in postings.values() for _, w in p], rtol=1e-6)
-    assert tf_idf_postings(["a", "b"])[0] == [""] and tf_idf_postings(["a"])[2].tolist() == [0, 0]  # no bigram at all
+    assert tf_idf_postings(["", ""])[0] == [""] and tf_idf_postings([""])[2].tolist() == [0, 0]  # nothing to index
 
 
 def test_encoder_input_is_start_tone_question_end_then_a_separator_before_each_answer():
