@@ -134,10 +134,10 @@ EPOCHS = 3
 
 
 def train_command(out, *extra):
-    return [sys.executable, "-m", "chatbot", "train", "--data", str(ROOT / "data" / "korean_chat.csv"),
+    return [sys.executable, "-m", "chatbot", "train", "--data", str(ROOT / "data" / "examples" / "library_faq.csv"),
             "--out", str(out), "--epochs", str(EPOCHS), "--num-layers", "1", "--d-model", "16", "--num-heads", "2",
-            "--dff", "32", "--max-length", "16", "--vocab-size", "4000", "--val-fraction", "0.05",
-            "--batch-size", "64", "--warmup-steps", "50", "--select", "loss",
+            "--dff", "32", "--max-length", "16", "--vocab-size", "600", "--val-fraction", "0.05",
+            "--batch-size", "16", "--warmup-steps", "50", "--select", "loss",
             "--retrieved", "0", *extra]  # no retrieval: no rerank weights to fit, which resuming does not touch
 
 
@@ -149,7 +149,7 @@ def history_rows(state):
 def kill_at(point, process, state, rng):
     """SIGKILL `process` at `point`: a random delay, mid-epoch, or (CHATBOT_KILL_AT) it kills itself."""
     if point == "random":
-        deadline = time.time() + rng.uniform(2, 15)
+        deadline = time.time() + rng.uniform(2, 8)
         while time.time() < deadline and process.poll() is None:
             time.sleep(0.05)
     elif point == "mid-epoch":
@@ -163,7 +163,7 @@ def kill_at(point, process, state, rng):
 
 
 # Mid-swap, the riskiest moment of a save (an existing model is being replaced), in every run; all six
-# (about 45 s each on 2 cores) with CHATBOT_ALL_KILL_POINTS=1, so that `pytest` stays within its five
+# (about 20 s each on 2 cores) with CHATBOT_ALL_KILL_POINTS=1, so that `pytest` stays within its five
 # minutes. A kill mid-epoch is what the in-process resume tests above recover from.
 KILL_POINTS = ["save-swapping"]
 if os.environ.get("CHATBOT_ALL_KILL_POINTS"):

@@ -23,7 +23,7 @@ def test_selection_never_prefers_a_collapsed_epoch_to_a_varied_one():
     assert selection_score(3.0, 0.1) < selection_score(1.0, 0.3) < selection_score(1.0, 0.9) < selection_score(2.0, 0.9)
 
 
-@pytest.mark.slow  # trains a model for four epochs
+@pytest.mark.slow  # trains a model for three epochs
 def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp_path):
     import dataclasses
 
@@ -33,7 +33,7 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
     from chatbot.train import train
     from conftest import REPEATS, tiny_config
 
-    config = tiny_config(epochs=4)
+    config = tiny_config(epochs=3)
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, val_fraction=0.3))
     pairs, _ = load_pairs(tiny_csv)
     pairs = pairs * (REPEATS // 4)  # a quarter of the session model's steps: the scores need not be good, only kept right
@@ -41,7 +41,7 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
     with open(out / "history.csv", encoding="utf-8") as file:
         history = list(csv.DictReader(file))
     scores = [float(row["val_select"]) for row in history]
-    assert len(scores) == 4 and all(row["val_chrf"] and row["val_unique"] for row in history)
+    assert len(scores) == 3 and all(row["val_chrf"] and row["val_unique"] for row in history)
     train_pairs, val = split_by_question(pairs, 0.3, config.data.seed)
     saved = Chatbot.load(out)  # its index holds the validation pairs too; training retrieved from train_pairs
     assert saved.config.rerank.fitted_on == len(val)  # its rerank weights were chosen on them

@@ -87,7 +87,7 @@ def test_mixed_precision_training_writes_a_float32_model(tmp_path, tiny_csv):
 def test_same_seed_same_model_and_loaded_tokenizers_survive_training(tmp_path, tiny_csv, tiny_bot):
     pairs, _ = load_pairs(tiny_csv)
     before = tiny_bot.reply("배고파")
-    runs = [train(pairs, tiny_config(epochs=2), tmp_path / name, verbose=0, log=lambda *_: None)
+    runs = [train(pairs, tiny_config(epochs=1), tmp_path / name, verbose=0, log=lambda *_: None)
             for name in ("a", "b")]
     first, second = (load_model_dir(run)[2].get_weights() for run in runs)
     assert all(np.array_equal(x, y) for x, y in zip(first, second))
