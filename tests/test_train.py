@@ -105,7 +105,7 @@ def test_a_run_that_did_not_learn_says_so_and_keeps_every_character_and_never_ru
     pairs = [*load_pairs(write_csv(tmp_path / "d.csv", TINY_PAIRS + rare))[0]]
     config = tiny_config(epochs=2)
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, val_fraction=0.5),
-                                 train=dataclasses.replace(config.train, warmup_steps=100000, repeats=1))
+                                 train=dataclasses.replace(config.train, warmup_steps=100000, repeats=1, select="loss"))
     lines = []
     out = train(pairs, config, tmp_path / "m", verbose=0, log=lines.append)
     warnings = [line for line in lines if line.startswith("warning:")]
