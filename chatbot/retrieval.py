@@ -4,8 +4,8 @@ Owns: the retrieval index of a model directory (`retrieval.json`: the training p
 the characters and character bigrams of the training questions with cosine similarity (smooth idf,
 l2-normalised rows, as scikit-learn's TfidfVectorizer with ngram_range (1, 2)) kept as an inverted
 index (each n-gram's questions), the in-graph lookup that decoding and the SavedModel run, a preference
-for answers of the asked tone, and leave-one-out lookups for training (a question never finds itself, nor any row with the same
-question). Must not know about token ids or the model.
+for answers of the asked tone, and leave-one-out lookups for training (a question never finds itself,
+nor any row with the same question). Must not know about token ids or the model.
 """
 
 from __future__ import annotations
