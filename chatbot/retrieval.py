@@ -49,8 +49,9 @@ def tf_idf_postings(questions: list[str]):
     them and more than COMMON_CHAR_COUNT: the n-gram vocabulary, characters then bigrams, each in code point
     order ([""] when there is none), each n-gram's smooth idf (float32), and its postings, an inverted index:
     n-gram i's rows (int64, ascending) and l2-normalised TF-IDF weights (float32) are at
-    [starts[i], starts[i + 1]); rows are the questions' positions. Built with array operations, since every model load builds it: a Python loop
-    over 28,000 questions' n-grams took a second of a cold start, these take a tenth of that."""
+    [starts[i], starts[i + 1]); rows are the questions' positions. Built with array operations, since every
+    model load builds it: a Python loop over 28,000 questions' n-grams took a second of a cold start, these
+    take a tenth of that."""
     lengths = np.fromiter(map(len, questions), np.int64, len(questions))
     codes = np.frombuffer("".join(questions).encode("utf-32-le", "surrogatepass"), np.uint32).astype(np.int64)
     owner = np.repeat(np.arange(len(questions)), lengths)  # the question of each character
@@ -58,8 +59,9 @@ def tf_idf_postings(questions: list[str]):
     grams = np.concatenate([codes, (codes[:-1] << CODE_BITS | codes[1:])[inside]])
     owner = np.concatenate([owner, owner[:-1][inside]])
     vocabulary, columns = np.unique(grams, return_inverse=True)
-    entries, counts = np.unique(owner * max(len(vocabulary), 1) + columns, return_counts=True)  # (question, n-gram)
-    rows, columns = entries // max(len(vocabulary), 1), entries % max(len(vocabulary), 1)
+    width = max(len(vocabulary), 1)
+    entries, counts = np.unique(owner * width + columns, return_counts=True)  # (question, n-gram), each once
+    rows, columns = entries // width, entries % width
     found_in = np.bincount(columns, minlength=len(vocabulary))
     common = (vocabulary >> CODE_BITS == 0) & (found_in > max(COMMON_CHAR_SHARE * len(questions), COMMON_CHAR_COUNT))
     kept = ~common[columns]
