@@ -4,9 +4,8 @@ Asks the questions of the model's own validation split (questions it never train
 its config's data paths, seed and fraction) with every setting in turn, the model retrieving from
 its training pairs only. By default it leaves out the validation questions that `train` chose the
 epoch and fitted the rerank weights on (`chatbot.selection.validation_sample`), so no choice made in
-training saw the questions scored; `--all-validation` keeps them (as the runs before 2026-11-25
-did). It prints chrF, character BLEU, exact match, unique replies and
-distinct-1/2 per row (`chatbot.evaluate.reply_metrics`), beside the nearest-question retrieval
+training saw the questions scored; `--all-validation` keeps them. It prints chrF, character BLEU,
+exact match, unique replies and distinct-1/2 per row (`chatbot.evaluate.reply_metrics`), beside the nearest-question retrieval
 reference (the answer of the most similar training question).
 
     python bench/decoding.py [--model models/default] [--questions 600]
