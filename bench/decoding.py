@@ -5,8 +5,8 @@ its config's data paths, seed and fraction) with every setting in turn, the mode
 its training pairs only. By default it leaves out the validation questions that `train` chose the
 epoch and fitted the rerank weights on (`chatbot.selection.validation_sample`), so no choice made in
 training saw the questions scored; `--all-validation` keeps them. It prints chrF, character BLEU,
-exact match, unique replies and distinct-1/2 per row (`chatbot.evaluate.reply_metrics`), beside the nearest-question retrieval
-reference (the answer of the most similar training question).
+exact match, unique replies and distinct-1/2 per row (`chatbot.evaluate.reply_metrics`), beside the
+nearest-question retrieval reference (the answer of the most similar training question).
 
     python bench/decoding.py [--model models/default] [--questions 600]
     python bench/decoding.py --decode strategy=beam,num_beams=8,agreement=4 --decode ""

@@ -302,7 +302,7 @@ def test_a_model_directory_with_a_bad_config_is_refused(tiny_model_dir, tmp_path
 
 @pytest.mark.slow  # a TensorFlow subprocess loading the full-size default model
 def test_a_one_megabyte_piped_line_ends_with_one_clear_error_line():
-    """An over-long line is refused before it reaches the tokenizer, which would take minutes over it."""
+    """An over-long piped line is refused before it reaches the model: one empty reply line, one error line."""
     piped = run_cli("chat", "--model", ROOT / "models" / "default", stdin=b"a" * 1_000_000 + b"\n")
     assert piped.stdout.decode().splitlines() == [""]
     assert_user_error(piped.returncode, piped.stderr.decode(), "line 1", "too long", "1,000,000 characters")
