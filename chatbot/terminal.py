@@ -1,13 +1,15 @@
 """`python -m chatbot chat`: a conversation in the terminal.
 
 Owns: the chat command's three forms (one `--question`, a REPL, one reply per piped line), loading
-the model only once a reply needs it, and `UserError`, the one-line mistake every command raises.
+the model only once a reply needs it, tracing the REPL's reply graph while its first question is typed,
+and `UserError`, the one-line mistake every command raises.
 Must not parse arguments (that is `chatbot.cli`) or import TensorFlow before a model is loaded.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 
 from chatbot.artifacts import check_model_dir
 from chatbot.text import check_questions
@@ -41,6 +43,7 @@ def chat(model: str, question: str | None, decoding: dict) -> None:
     if question is not None:
         print(bot.reply(question, **decoding))
     else:
+        trace_in_background(bot, decoding)
         chat_interactively(bot, model, decoding)
 
 
@@ -58,6 +61,21 @@ def load_for_chat(model: str, decoding: dict, jit_compile: bool | str = True):
     except ValueError as error:
         raise UserError(str(error)) from None
     return bot
+
+
+def trace_in_background(bot, decoding: dict) -> threading.Thread:
+    """Trace the reply graph of `decoding` in a daemon thread while the user types the first question: a trace
+    takes seconds on a CPU, a reply then tens of milliseconds. A question asked sooner waits for the same trace
+    (a graph function traces once for all its callers)."""
+    def trace():
+        try:
+            bot.reply("안녕", **decoding)
+        except Exception:  # noqa: BLE001  the user's own first reply meets the same error, and says it
+            pass
+
+    thread = threading.Thread(target=trace, name="trace-replies", daemon=True)
+    thread.start()
+    return thread
 
 
 class ModelOnFirstUse:

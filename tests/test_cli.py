@@ -249,6 +249,29 @@ def test_an_ngram_size_past_the_models_max_length_is_one_error_line(tiny_model_d
                             "17")[::2], "no_repeat_ngram_size", "max_length")
 
 
+def test_a_conversation_traces_its_reply_graph_while_the_first_question_is_typed(tiny_model_dir):
+    bot = terminal.load_for_chat(str(tiny_model_dir), {}, jit_compile=False)
+    terminal.trace_in_background(bot, {}).join(timeout=300)
+    graphs = [graph for plan in bot.decoder.graphs.values() for graph in plan.built.values()]
+    traced = [graph.experimental_get_tracing_count() for graph in graphs]
+    assert graphs and all(traced)
+    assert bot.reply("배고파") == "맛있는 거 드세요."
+    assert [graph.experimental_get_tracing_count() for graph in graphs] == traced  # the reply traced nothing
+
+
+def test_a_conversation_answers_each_line_even_while_its_graph_is_still_being_traced(tiny_model_dir, capsys,
+                                                                                     monkeypatch):
+    import builtins
+    import types
+
+    lines = iter(["안녕하세요", "", "never asked"])  # typed at once: the first reply meets the trace running
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(isatty=lambda: True))
+    monkeypatch.setattr(builtins, "input", lambda prompt="": next(lines))
+    status, out, err = main(capsys, "chat", "--model", tiny_model_dir)
+    assert status == 0, err
+    assert out.splitlines()[1:] == ["챗봇> 반가워요."]  # after the greeting; an empty line ends the chat
+
+
 @pytest.mark.slow  # loads the model and compiles its chat loop
 def test_piped_lines_all_answered_exit_with_status_0(tiny_model_dir, capsys, monkeypatch):
     import io
