@@ -43,8 +43,11 @@ def chat(model: str, question: str | None, decoding: dict) -> None:
     if question is not None:
         print(bot.reply(question, **decoding))
     else:
-        trace_in_background(bot, decoding)
-        chat_interactively(bot, model, decoding)
+        tracing = trace_in_background(bot, decoding)
+        try:
+            chat_interactively(bot, model, decoding)
+        finally:
+            tracing.join()  # a process that exits while a thread is inside TensorFlow aborts
 
 
 def load_for_chat(model: str, decoding: dict, jit_compile: bool | str = True):

@@ -272,6 +272,20 @@ def test_a_conversation_answers_each_line_even_while_its_graph_is_still_being_tr
     assert out.splitlines()[1:] == ["챗봇> 반가워요."]  # after the greeting; an empty line ends the chat
 
 
+@pytest.mark.slow  # a TensorFlow subprocess
+def test_a_conversation_ended_at_once_waits_for_its_trace_and_exits_cleanly(tiny_model_dir):
+    """Ending the chat while the background trace runs: a process that exits with a thread inside TensorFlow
+    aborts ("FATAL: exception not rethrown")."""
+    script = ("import builtins, sys, types\n"
+              "sys.stdin = types.SimpleNamespace(isatty=lambda: True)\n"
+              "builtins.input = lambda prompt='': ''\n"
+              "from chatbot.cli import main\n"
+              f"sys.exit(main(['chat', '--model', {str(tiny_model_dir)!r}]))\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 0 and "FATAL" not in run.stderr, run.stderr[-2000:]
+    assert run.stdout.startswith("chatbot (")
+
+
 @pytest.mark.slow  # loads the model and compiles its chat loop
 def test_piped_lines_all_answered_exit_with_status_0(tiny_model_dir, capsys, monkeypatch):
     import io
