@@ -293,13 +293,13 @@ def main(argv=None) -> None:
     if not args.no_warm_up:
         warm_up_in_background(bot)  # the streamed reply's graphs, then XLA: requests take plain graphs till then
     demo.block_thread()  # until Ctrl-C, which closes the server
-    # The warm-up or a retrain may still be inside TensorFlow in another thread, and the interpreter's exit
-    # would then abort ("FATAL: exception not rethrown"). Model files are written atomically, so ending
-    # the process here leaves what a kill would.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 if __name__ == "__main__":
     main()
+    # The warm-up or a retrain may still be inside TensorFlow in another thread, and the interpreter's exit
+    # would then abort ("FATAL: exception not rethrown"). Model files are written atomically, so ending
+    # the process here leaves what a kill would. (Here, not in `main`, which tests call in-process.)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
