@@ -3,17 +3,19 @@
 Starts `python app.py --model MODEL` as a user would (a subprocess on a free local port) and prints the seconds
 until its page is served; then asks five questions of different lengths, one after another, through the app's
 `/chat` API (bench/load_app.py's HTTP client, as the load test talks to it) and prints, for each reply, when it
-arrived (after the page was served) and how long it took. Then runs `python -m chatbot chat --model MODEL -q
+arrived (after the page was served) and how long it took, and ends the app with Ctrl-C (SIGINT), as a user
+does, saying whether it ended cleanly (status 0, no abort) while its XLA warm-up may still compile. Then runs `python -m chatbot chat --model MODEL -q
 QUESTION` `--runs` times and prints the wall time of each subprocess, end to end. It says whether the targets
 were met (on two cores: every one of the first five replies within 1 s of the page being served, `chat -q` under
 6 s); timings depend on the machine and its load, so they do not change the exit status.
 
-Exit status 1 if a reply did not come, 2 if the app did not start or an argument is bad.
+Exit status 1 if a reply did not come or Ctrl-C did not end the app cleanly, 2 if the app did not start or an argument is bad.
 
     python bench/cold_start.py [--model models/default] [--runs 3] [--skip-app] [--skip-cli]
 """
 
 import argparse
+import signal
 import statistics
 import subprocess
 import sys
@@ -103,11 +105,27 @@ def measure_app(model: str, timeout: float) -> bool:
                       f"{after_page:.2f} s after the page {detail}".rstrip(), flush=True)
             warmed = WARM_LINE in Path(log.name).read_bytes()
             print(f"  the background XLA warm-up was {'done' if warmed else 'still running'} by then", flush=True)
+            clean = ended_cleanly_by_ctrl_c(process, Path(log.name))
         finally:
             stop(process)
     met = "yes" if answered and in_time else "no"
     print(f"  every reply within {REPLY_TARGET:.0f} s of the page: {met}", flush=True)
-    return answered
+    return answered and clean
+
+
+def ended_cleanly_by_ctrl_c(process: subprocess.Popen, log: Path, timeout: float = 60) -> bool:
+    """Send SIGINT and print how the app ended: status 0 without an abort ("FATAL", "terminate called") is clean."""
+    process.send_signal(signal.SIGINT)
+    try:
+        status = process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"  Ctrl-C: the app was still running {timeout:.0f} s later", flush=True)
+        return False
+    aborted = any(note in log.read_bytes() for note in (b"FATAL", b"terminate called"))
+    clean = status == 0 and not aborted
+    print(f"  Ctrl-C: the app ended {'cleanly' if clean else 'badly'} (status {status}"
+          f"{', aborted' if aborted else ''})", flush=True)
+    return clean
 
 
 def measure_cli(model: str, runs: int, timeout: float) -> bool:

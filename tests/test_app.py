@@ -197,38 +197,6 @@ def test_a_burst_with_bad_requests_mixed_in_answers_every_valid_one(tiny_model_d
     assert "after the bursts: answered" in out
 
 
-@pytest.mark.slow  # the app in a subprocess
-def test_ctrl_c_while_the_warm_up_still_compiles_ends_the_app_cleanly(tiny_model_dir):
-    import signal
-    import socket
-    import time
-    import urllib.request
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "app.py", "--model", str(tiny_model_dir), "--port", str(port)],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5)
-                break
-            except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, "the app did not serve its page"
-                time.sleep(0.2)
-        server.send_signal(signal.SIGINT)
-        out = server.communicate(timeout=60)[0]
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.communicate()
-    assert "warm-up done" not in out  # the warm-up was still compiling: a normal exit then aborted
-    assert server.returncode == 0 and "closing server" in out, out[-2000:]
-    assert "FATAL" not in out and "terminate called" not in out
-
-
 def test_attention_endpoint_draws_a_heatmap_of_the_reply(client):
     plot, caption = client.predict("안녕하세요", "tiny", "grid", 1, 1, api_name="/attention")
     assert plot["type"] == "matplotlib" and plot["plot"].startswith("data:image/")

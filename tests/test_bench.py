@@ -79,7 +79,7 @@ def test_the_cold_start_bench_asks_questions_of_five_lengths_and_refuses_bad_arg
 
 
 @pytest.mark.slow  # the app and the command line, each in a subprocess, on the tiny model
-def test_the_cold_start_bench_times_the_page_five_replies_and_chat_q(tiny_model_dir):
+def test_the_cold_start_bench_times_the_page_five_replies_and_chat_q_and_ctrl_c_ends_the_app_cleanly(tiny_model_dir):
     result = cold_start("--model", tiny_model_dir, "--runs", 1)
     out = result.stdout
     assert result.returncode == 0, out + result.stderr[-3000:]
@@ -87,3 +87,6 @@ def test_the_cold_start_bench_times_the_page_five_replies_and_chat_q(tiny_model_
     assert len(re.findall(r"reply \d \( *\d+ characters\): answered in [\d.]+ s, [\d.]+ s after the page", out)) == 5
     assert re.search(r"chat -q '[^']+': [\d.]+ s end to end -> \S", out), out
     assert "and on stderr" not in out  # the command line's start-up is quiet
+    # Ctrl-C right after five replies: the XLA warm-up is still compiling, and the app must not abort
+    assert "the background XLA warm-up was still running by then" in out, out
+    assert "  Ctrl-C: the app ended cleanly (status 0)\n" in out, out
