@@ -50,6 +50,7 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
     assert selection_score(kept["chrf"], kept["unique_ratio"]) == pytest.approx(max(scores), abs=1e-6)
 
 
+@pytest.mark.slow  # traces the eight-candidate reply graph for three batch shapes and two configs
 def test_fitted_rerank_weights_do_no_worse_than_the_defaults_and_score_what_decoding_gives(tiny_bot):
     """Questions the tiny model never saw, with answers of its training set as references: the weights
     fitted on them do at least as well as the defaults, and their chrF is what replies decoded with them get."""
