@@ -3,13 +3,15 @@
 Starts `python app.py --model MODEL` as a user would (a subprocess on a free local port) and prints the seconds
 until its page is served; then asks five questions of different lengths, one after another, through the app's
 `/chat` API (bench/load_app.py's HTTP client, as the load test talks to it) and prints, for each reply, when it
-arrived (after the page was served) and how long it took, and ends the app with Ctrl-C (SIGINT), as a user
-does, saying whether it ended cleanly (status 0, no abort) while its XLA warm-up may still compile. Then runs `python -m chatbot chat --model MODEL -q
-QUESTION` `--runs` times and prints the wall time of each subprocess, end to end. It says whether the targets
-were met (on two cores: every one of the first five replies within 1 s of the page being served, `chat -q` under
-6 s); timings depend on the machine and its load, so they do not change the exit status.
+arrived (after the page was served) and how long it took; then ends the app with Ctrl-C (SIGINT), as a user
+does, and says whether it ended cleanly (status 0, no abort) while its XLA warm-up may still compile. Then runs
+`python -m chatbot chat --model MODEL -q QUESTION` `--runs` times and prints the wall time of each subprocess,
+end to end. It says whether the targets were met (on two cores: every one of the first five replies within 1 s
+of the page being served, `chat -q` under 6 s); timings depend on the machine and its load, so they do not change
+the exit status.
 
-Exit status 1 if a reply did not come or Ctrl-C did not end the app cleanly, 2 if the app did not start or an argument is bad.
+Exit status 1 if a reply did not come or Ctrl-C did not end the app cleanly, 2 if the app did not start or an
+argument is bad.
 
     python bench/cold_start.py [--model models/default] [--runs 3] [--skip-app] [--skip-cli]
 """
