@@ -20,6 +20,8 @@ class _App:
     which a pytest-xdist worker that only collects this file, and runs none of it, should not pay for."""
 
     def __getattr__(self, name):
+        if name.startswith("_"):  # what collection probes (`_mock_name`, fixture markers): not the app's, no import
+            raise AttributeError(name)
         import app
 
         return getattr(app, name)
