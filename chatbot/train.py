@@ -204,12 +204,12 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
     from chatbot.generate import Chatbot
     from chatbot.selection import fit_rerank
 
-    bot = Chatbot(inference_model, tokenizer, config, retriever=retriever, jit_compile=False)
+    # "eager": the variety check decodes one batch, op by op, as tracing its loop would cost more than running it
+    # once; the rerank fit traces its own function over every batch, whatever the bot's mode.
+    bot = Chatbot(inference_model, tokenizer, config, retriever=retriever, jit_compile="eager")
     if retriever is not None and val_pairs:
         config = dataclasses.replace(config, rerank=fit_rerank(bot, val_pairs, log))
-    # Run op by op: the check decodes one batch, and tracing its loop would cost more than running it once.
-    eager = Chatbot(inference_model, tokenizer, config, retriever=retriever, jit_compile="eager")
-    verdict = learning_verdict(read_history(history_path), *reply_variety(eager, train_pairs))
+    verdict = learning_verdict(read_history(history_path), *reply_variety(bot, train_pairs))
     if verdict:
         log(f"warning: {verdict}")
     metrics["learned"], metrics["warning"] = not verdict, verdict
