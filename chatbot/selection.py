@@ -3,7 +3,8 @@
 Owns: which validation questions those choices are made on (`validation_sample`, and `unsampled`, the
 ones none of them saw), `selection_score` and `ReplyQualityCheckpoint`, the Keras callback that scores
 decoded validation replies every epoch so training can keep the epoch whose replies are best, and
-`fit_rerank_weights` / `fit_rerank`, which choose a model's rerank weights on the same questions.
+`fit_rerank_weights` / `fit_rerank`, which choose a model's rerank weights on the same questions (when there
+are enough of them).
 Must not train, and must not define metrics (those are `chatbot.evaluate`'s).
 """
 
@@ -132,10 +133,19 @@ class ReplyQualityCheckpoint(keras.callbacks.Callback):
             self.model.save_weights(self.weights_path)
 
 
+MIN_RERANK_FIT = 100  # validation questions below which `fit_rerank` keeps the default weights
+
+
 def fit_rerank(bot, val_pairs, log=print):
     """`fit_rerank_weights` for a freshly trained `bot` on a sample of its validation pairs (retrieving from
-    the training pairs only, as in training), logged."""
+    the training pairs only, as in training), logged. With fewer than `MIN_RERANK_FIT` distinct questions,
+    `bot`'s own weights (the defaults, fitted on a full run) are kept: the best of the grid's weightings on a
+    few questions is mostly chance, and fitting would cost seconds of tracing for it."""
     sample = validation_sample(val_pairs)
+    if (distinct := len({p.question for p in sample})) < MIN_RERANK_FIT:
+        log(f"reranking weights: the defaults, as {distinct} validation questions are too few to fit them on "
+            f"(at least {MIN_RERANK_FIT})")
+        return bot.config.rerank
     weights, chrf = fit_rerank_weights(bot, [p.question for p in sample], [p.answer for p in sample])
     log(f"reranking weights fitted on {len(sample)} validation questions: likelihood {weights.likelihood:g}, "
         f"retrieval score {weights.similarity:g}, consensus {weights.consensus:g} (validation chrF {chrf:.2f})")

@@ -24,8 +24,10 @@ def test_selection_never_prefers_a_collapsed_epoch_to_a_varied_one():
 
 
 @pytest.mark.slow  # trains a model for three epochs
-def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp_path):
+def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp_path, monkeypatch):
     import dataclasses
+
+    import chatbot.selection
 
     from chatbot.data import load_pairs, split_by_question
     from chatbot.generate import Chatbot
@@ -37,6 +39,7 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, val_fraction=0.3))
     pairs, _ = load_pairs(tiny_csv)
     pairs = pairs * (REPEATS // 4)  # a quarter of the session model's steps: the scores need not be good, only kept right
+    monkeypatch.setattr(chatbot.selection, "MIN_RERANK_FIT", 1)  # so that its nine validation questions fit the weights
     out = train(pairs, config, tmp_path / "m", verbose=0, log=lambda *_: None)
     with open(out / "history.csv", encoding="utf-8") as file:
         history = list(csv.DictReader(file))
@@ -48,6 +51,18 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
     bot = Chatbot(saved.model, saved.tokenizer, saved.config, retriever=Retriever(train_pairs), jit_compile=False)
     kept = reply_metrics(bot.reply_batch([p.question for p in val], candidates=0), [p.answer for p in val])
     assert selection_score(kept["chrf"], kept["unique_ratio"]) == pytest.approx(max(scores), abs=1e-6)
+
+
+def test_too_few_validation_questions_keep_the_default_rerank_weights_and_say_so(tiny_bot):
+    from chatbot.config import RerankConfig
+    from chatbot.data import QAPair
+    from chatbot.selection import MIN_RERANK_FIT, fit_rerank
+
+    lines = []
+    few = [QAPair(f"질문 {i}", "답이에요.") for i in range(MIN_RERANK_FIT - 1)]
+    assert fit_rerank(tiny_bot, few, lines.append) == tiny_bot.config.rerank == RerankConfig()
+    assert lines == [f"reranking weights: the defaults, as {MIN_RERANK_FIT - 1} validation questions are too few to "
+                     f"fit them on (at least {MIN_RERANK_FIT})"]
 
 
 @pytest.mark.slow  # traces the eight-candidate reply graph for three batch shapes and two configs
