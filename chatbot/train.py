@@ -59,17 +59,20 @@ def _best_so_far(history_path: Path | None, monitor: str, best=min) -> float | N
 
 
 def _selection_callbacks(config: ChatbotConfig, model, tokenizer, retriever, val_pairs, best_path: Path,
-                         history_path: Path | None) -> list:
+                         history_path: Path | None, xla: bool) -> list:
     """The callbacks that keep the chosen epoch's weights at `best_path` (and stop early, if asked).
     They run before the CSV logger, so `val_chrf` lands in history.csv. Without validation pairs,
-    "chrf" and "loss" keep the epoch with the lowest training loss."""
+    "chrf" and "loss" keep the epoch with the lowest training loss. The validation replies are decoded
+    with XLA when training uses it: on a CPU a plain graph traces in half the time of a compilation and
+    decodes an epoch's questions almost as fast."""
     select, patience = config.train.select, config.train.early_stopping
     if select == "chrf" and val_pairs:
         from chatbot.generate import Chatbot
         from chatbot.selection import ReplyQualityCheckpoint
 
         monitor, mode = "val_select", "max"
-        chosen = [ReplyQualityCheckpoint(Chatbot(model, tokenizer, config, retriever=retriever), val_pairs, best_path,
+        chosen = [ReplyQualityCheckpoint(Chatbot(model, tokenizer, config, retriever=retriever, jit_compile=xla),
+                                         val_pairs, best_path,
                                          best=_best_so_far(history_path, monitor, max))]
     else:
         monitor, mode = ("val_loss" if val_pairs else "loss"), "min"
@@ -182,7 +185,7 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
     keep_history(history_path, done)
     all_callbacks = [
         *_selection_callbacks(config, model, tokenizer, retriever, val_pairs if val_data is not None else [], staged_best,
-                              history_path if done else None),
+                              history_path if done else None, xla),
         PromoteFile(staged_best, best_path),
         keras.callbacks.CSVLogger(str(history_path), append=True),
         backup,  # after the history row and the best weights: only then is the epoch done
