@@ -64,7 +64,7 @@ class CachedDecoder:
         # their questions in 64 or 96. Each length and batch bucket costs one XLA compilation (seconds on a CPU).
         self.length_buckets = tuple(b for b in (16, 32, 64, 96) if b < model.encoder_length) + (model.encoder_length,)
         # Keyed by plans a user picks: bounded, so sweeping valid options cannot grow memory.
-        self.graphs = CompiledCache(COMPILED_KEPT)
+        self.graphs, self.prepare_graphs = CompiledCache(COMPILED_KEPT), CompiledCache(COMPILED_KEPT)
 
     def plan(self, settings: GenerationConfig, jit: bool | None = None) -> Plan:
         """The static options of checked `settings`. `jit` None: as `jit_compile` says (with "warmed", XLA only
@@ -203,7 +203,8 @@ class CachedDecoder:
 
 class PlanGraphs:
     """The graph functions one `Plan` decodes with, each built on first use and traced once with open batch
-    and length dimensions: `replies` (prepare, the padded batch through `loop`, detokenizing: one plain graph),
+    and length dimensions: `replies` (`prepare`, the padded batch through `loop`, detokenizing: one plain graph,
+    whose `prepare` is a graph shared by the plans with its candidate count),
     `loop` (encoder pass, `run` and `rerank`; XLA when `plan.jit`, compiled once per shape it meets), and for
     streaming `begin` and `step`, plain graphs whatever the plan: a compilation costs seconds per encoder
     length on a CPU, which the first streamed reply would wait for, while a step is milliseconds either way."""
@@ -222,9 +223,22 @@ class PlanGraphs:
         replies = self.decoder.run(prepared.encoder_ids, cross_cache, options, self.plan)
         return self.decoder.rerank(prepared, cross_cache, replies, options) if self.plan.candidates else replies
 
-    def _replies(self, texts, tones, options: Options, min_length, loop):
+    def _prepare(self, texts, tones, min_length) -> Prepared:
+        return self.decoder.prepare(texts, tones, self.plan, min_length)
+
+    @property
+    def prepare(self):
+        """`prepare` as one graph per candidate count (all it reads of a plan), which the `replies` graphs of
+        every plan with that count call: a new plan traces only its own loop, not tokenizing and retrieval."""
+        decoder, plan = self.decoder, Plan(candidates=self.plan.candidates)  # not this plan: it may be evicted
+        signature = [tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.int32)]
+        return decoder.prepare_graphs.get(plan.candidates, lambda: tf.function(
+            lambda texts, tones, min_length: decoder.prepare(texts, tones, plan, min_length), autograph=False,
+            input_signature=signature))
+
+    def _replies(self, texts, tones, options: Options, min_length, loop, prepare):
         """Prepare, the padded batch through `loop`, detokenizing: what `replies` traces."""
-        prepared = self.decoder.prepare(texts, tones, self.plan, min_length)
+        prepared = prepare(texts, tones, min_length)
         batch = tf.shape(texts)[0]
         rows = bucket(batch, BATCH_BUCKETS)  # a few batch shapes cover every batch size
         padded = Prepared(*(tf.pad(t, [[0, rows - batch]] + [[0, 0]] * (t.shape.rank - 1)) for t in prepared))
@@ -242,12 +256,13 @@ class PlanGraphs:
 
     @property
     def replies(self):
-        if self.decoder.jit_compile == "eager":  # op by op, for a process that answers once: tracing the loop
-            return lambda *args: self._replies(*args, self._loop)  # costs twice the CPU of running it once
+        if self.decoder.jit_compile == "eager":  # op by op, for a process that answers once: tracing the
+            return lambda *args: self._replies(*args, self._loop, self._prepare)  # loop costs twice the CPU
         signature = [tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32), OPTIONS_SIGNATURE,
                      tf.TensorSpec([], tf.int32)]
         return self._function("replies", lambda: tf.function(
-            lambda texts, tones, options, min_length: self._replies(texts, tones, options, min_length, self.loop),
+            lambda texts, tones, options, min_length: self._replies(texts, tones, options, min_length, self.loop,
+                                                                    self.prepare),
             autograph=False, input_signature=signature))
 
     @property
@@ -255,7 +270,7 @@ class PlanGraphs:
         decoder, plan = self.decoder, self.plan
 
         def begin(texts, tones):
-            ids = decoder.prepare(texts, tones, plan).encoder_ids
+            ids = self.prepare(texts, tones, tf.constant(0)).encoder_ids
             return decoder.start(ids, decoder.encode(ids), plan)
 
         return self._function("begin", lambda: tf.function(begin, autograph=False))
