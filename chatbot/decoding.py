@@ -256,8 +256,9 @@ class PlanGraphs:
 
     @property
     def replies(self):
-        if self.decoder.jit_compile == "eager":  # op by op, for a process that answers once: tracing the
-            return lambda *args: self._replies(*args, self._loop, self._prepare)  # loop costs twice the CPU
+        if self.decoder.jit_compile == "eager":
+            # op by op, for a process that answers once: tracing the loop costs twice the CPU of running it once
+            return lambda *args: self._replies(*args, self._loop, self._prepare)
         signature = [tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32), OPTIONS_SIGNATURE,
                      tf.TensorSpec([], tf.int32)]
         return self._function("replies", lambda: tf.function(

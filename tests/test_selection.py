@@ -28,7 +28,6 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
     import dataclasses
 
     import chatbot.selection
-
     from chatbot.data import load_pairs, split_by_question
     from chatbot.generate import Chatbot
     from chatbot.retrieval import Retriever
