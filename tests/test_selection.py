@@ -60,8 +60,9 @@ def test_too_few_validation_questions_keep_the_default_rerank_weights_and_say_so
     lines = []
     few = [QAPair(f"질문 {i}", "답이에요.") for i in range(MIN_RERANK_FIT - 1)]
     assert fit_rerank(tiny_bot, few, lines.append) == tiny_bot.config.rerank == RerankConfig()
-    assert lines == [f"reranking weights: the defaults, as {MIN_RERANK_FIT - 1} validation questions are too few to "
-                     f"fit them on (at least {MIN_RERANK_FIT})"]
+    assert fit_rerank(tiny_bot, few * 3, lines.append) == RerankConfig()  # repeated pairs are no new questions
+    assert lines == 2 * [f"reranking weights: the defaults, as {MIN_RERANK_FIT - 1} validation questions are too few "
+                         f"to fit them on (at least {MIN_RERANK_FIT})"]
 
 
 @pytest.mark.slow  # traces the eight-candidate reply graph for three batch shapes and two configs
