@@ -30,8 +30,8 @@ def test_token_f1_counts_word_pieces_and_ignores_special_tokens():
 
 def test_the_reply_is_the_generated_one_or_a_retrieved_answer(tiny_bot):
     generated = tiny_bot.reply_batch(NEW_QUESTIONS + QUESTIONS[:5], candidates=0)
-    reranked = tiny_bot.reply_batch(NEW_QUESTIONS + QUESTIONS[:5], candidates=4)
-    nearest = tiny_bot.retriever.nearest(NEW_QUESTIONS + QUESTIONS[:5], 4).numpy()
+    reranked = tiny_bot.reply_batch(NEW_QUESTIONS + QUESTIONS[:5], candidates=8)
+    nearest = tiny_bot.retriever.nearest(NEW_QUESTIONS + QUESTIONS[:5], 8).numpy()
     for reply, own, answers in zip(reranked, generated, nearest):
         assert reply == own or reply in {a.decode("utf-8") for a in answers}
 

@@ -26,10 +26,10 @@ def test_xla_decoding_gives_the_same_tokens_as_the_uncompiled_loop(tiny_bot):
     plain = tiny_bot
     xla = Chatbot(tiny_bot.model, tiny_bot.tokenizer, tiny_bot.config, retriever=tiny_bot.retriever)
     questions = QUESTIONS[:10] + ["처음 보는 질문이에요", "ㅋ", "아주 " * 40 + "긴 질문"]
-    for options in ({}, {"strategy": "beam", "num_beams": 3}):  # XLA draws other random numbers: not sampling
+    for options in ({}, {"strategy": "beam"}):  # XLA draws other random numbers: not sampling
         assert np.array_equal(xla.reply_ids(questions, **options), plain.reply_ids(questions, **options))
-        for question in questions[:3]:
-            assert np.array_equal(xla.reply_ids([question], **options), plain.reply_ids([question], **options))
+    for question in questions[:3]:  # one question alone: another batch bucket and encoder length compiled
+        assert np.array_equal(xla.reply_ids([question]), plain.reply_ids([question]))
     assert xla.decoder.jit_compile and not plain.decoder.jit_compile
 
 
@@ -66,7 +66,7 @@ def test_same_seed_same_sample_and_seeds_differ(tiny_bot):
 
 def test_reply_batch_equals_single_replies(tiny_bot):
     questions = QUESTIONS[:6] + ["처음 보는 질문이에요"]
-    for options in ({}, {"strategy": "beam", "num_beams": 3}):  # a sampled row's draw depends on its batch
+    for options in ({}, {"strategy": "beam"}):  # a sampled row's draw depends on its batch
         assert tiny_bot.reply_batch(questions, **options) == [tiny_bot.reply(q, **options) for q in questions]
 
 
