@@ -174,20 +174,6 @@ def test_questions_over_the_cap_are_refused_with_a_clear_message(tiny_bot):
     assert isinstance(tiny_bot.reply("가" * MAX_QUESTION_CHARS), str)
 
 
-@pytest.mark.slow  # XLA compilations of several shapes
-def test_warm_up_goes_through_the_graph_requests_run_and_changes_no_reply(tiny_model_dir, tiny_bot):
-    """The warm-up's replies and a request's run one traced graph around one traced loop: XLA's
-    compilations of a shape are shared only then (a loop called on its own compiles apart)."""
-    bot = Chatbot.load(tiny_model_dir)  # with XLA: warming up is what it is for
-    bot.warm_up(rows=(8,))  # the batch bucket of the five questions below: every length of it compiled here
-    decoder = bot.decoder
-    graphs = decoder.graphs_for(decoder.plan(GenerationConfig()))
-    assert graphs.loop.experimental_get_tracing_count() == 1 and len(decoder.graphs) == 1
-    assert bot.reply_batch(QUESTIONS[:5]) == tiny_bot.reply_batch(QUESTIONS[:5])
-    assert graphs.loop.experimental_get_tracing_count() == 1 and len(decoder.graphs) == 1
-    assert graphs.replies.experimental_get_tracing_count() == 1
-
-
 def test_agreement_is_the_token_f1_with_the_retrieved_answers():
     import tensorflow as tf
 
@@ -287,15 +273,22 @@ def test_details_say_when_a_reply_is_a_training_answer_and_which_question_it_ans
 
 
 @pytest.mark.slow  # XLA compilations of three encoder lengths
-def test_a_warmed_server_uses_xla_only_for_settings_it_compiled_so_no_request_waits(tiny_model_dir, tiny_bot):
+def test_a_warmed_server_uses_xla_only_for_settings_it_compiled_through_the_graph_requests_run(tiny_model_dir,
+                                                                                              tiny_bot):
+    """Before its warm-up, and for settings it did not warm up, a warmed server replies with a plain graph, so no
+    request waits for XLA. The warm-up's replies and a request's run one traced graph around one traced loop:
+    XLA's compilations of a shape are shared only then (a loop called on its own compiles apart)."""
     bot = Chatbot.load(tiny_model_dir, jit_compile="warmed")
     assert bot.reply("배고파") == tiny_bot.reply("배고파")
     assert [plan.jit for plan in bot.decoder.graphs] == [False]  # before the warm-up: a plain graph
-    bot.warm_up(rows=(1,))
+    bot.warm_up(rows=(1,))  # every encoder length of the one-question batch compiled here
+    (compiled,) = [plan for plan in bot.decoder.graphs if plan.jit]
+    graphs = bot.decoder.graphs_for(compiled)
+    assert graphs.loop.experimental_get_tracing_count() == 1
     assert bot.reply("배고파") == tiny_bot.reply("배고파")
+    assert graphs.loop.experimental_get_tracing_count() == 1 and graphs.replies.experimental_get_tracing_count() == 1
     assert bot.reply("배고파", no_repeat_ngram_size=3) == tiny_bot.reply("배고파", no_repeat_ngram_size=3)
-    compiled = [plan for plan in bot.decoder.graphs if plan.jit]
-    assert compiled == [bot.decoder.plan(GenerationConfig())] and compiled[0].jit  # XLA only for the warmed settings
+    assert [plan for plan in bot.decoder.graphs if plan.jit] == [bot.decoder.plan(GenerationConfig())] == [compiled]
 
 
 def test_an_eager_bot_replies_as_the_graph_does_without_tracing_anything(tiny_bot):
