@@ -78,5 +78,5 @@ def test_two_workers_train_one_model_that_the_chief_saves_and_answers(tmp_path):
     assert [status for _, _, status in results] == [0, 0], [err[-2000:] for _, err, _ in results]
     assert "saved:" in results[0][0] and "chief saves the model" in results[1][0]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["d.csv", "m0"]  # worker 1 left nothing behind
-    reply = Chatbot.load(tmp_path / "m0", jit_compile=False).reply("배고파")
+    reply = Chatbot.load(tmp_path / "m0", jit_compile="eager").reply("배고파")  # one reply: nothing to trace
     assert isinstance(reply, str)

@@ -23,7 +23,7 @@ def test_from_chatbot_import_chatbot_replies_in_korean(tiny_model_dir):
     from chatbot.generate import Chatbot as Same
 
     assert Chatbot is Same
-    assert re.search("[가-힣]", Chatbot.load(tiny_model_dir, jit_compile=False).reply("안녕"))
+    assert re.search("[가-힣]", Chatbot.load(tiny_model_dir, jit_compile="eager").reply("안녕"))
 
 
 def test_an_unknown_name_is_an_attribute_error():
