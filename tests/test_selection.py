@@ -47,7 +47,7 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
     train_pairs, val = split_by_question(pairs, 0.3, config.data.seed)
     saved = Chatbot.load(out)  # its index holds the validation pairs too; training retrieved from train_pairs
     assert saved.config.rerank.fitted_on == len(val)  # its rerank weights were chosen on them
-    bot = Chatbot(saved.model, saved.tokenizer, saved.config, retriever=Retriever(train_pairs), jit_compile=False)
+    bot = Chatbot(saved.model, saved.tokenizer, saved.config, retriever=Retriever(train_pairs), jit_compile="eager")
     kept = reply_metrics(bot.reply_batch([p.question for p in val], candidates=0), [p.answer for p in val])
     assert selection_score(kept["chrf"], kept["unique_ratio"]) == pytest.approx(max(scores), abs=1e-6)
 
@@ -81,6 +81,6 @@ def test_fitted_rerank_weights_do_no_worse_than_the_defaults_and_score_what_deco
                                         [references]).score
     assert weights.fitted_on == len(questions) and chrf >= default_chrf
     fitted = Chatbot(tiny_bot.model, tiny_bot.tokenizer, dataclasses.replace(tiny_bot.config, rerank=weights),
-                     retriever=tiny_bot.retriever, jit_compile=False)
+                     retriever=tiny_bot.retriever, jit_compile="eager")  # one batch: nothing to trace
     replies = fitted.reply_batch(questions, candidates=RERANK_FIT_CANDIDATES)  # the option the weights are for
     assert sacrebleu.corpus_chrf(replies, [references]).score == pytest.approx(chrf)
