@@ -12,7 +12,7 @@ from chatbot.cluster import ClusterRole, read_tf_config, worker_out_dir
 from conftest import ROOT, TINY_PAIRS, write_csv
 
 TINY_MODEL = ["--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--dff", "64", "--vocab-size", "200",
-              "--max-length", "16", "--epochs", "1", "--batch-size", "16"]
+              "--max-length", "16", "--epochs", "1", "--batch-size", "16", "--repeats", "1"]
 
 
 def tf_config(ports, index, kind="worker") -> str:
