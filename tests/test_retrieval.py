@@ -216,7 +216,7 @@ def test_with_questions_each_neighbours_question_is_shown_and_decoding_matches_t
     from conftest import REPEATS, TINY_PAIRS, tiny_config
 
     pairs = [QAPair(q, a, label) for q, a, label in TINY_PAIRS]
-    config = dataclasses.replace(tiny_config(epochs=1), context=ContextConfig(retrieved=2, questions=True))
+    config = dataclasses.replace(tiny_config(epochs=1, repeats=1), context=ContextConfig(retrieved=2, questions=True))
     train(pairs * (REPEATS // 4), config, tmp_path / "m", verbose=0, log=lambda *_: None)
     bot = Chatbot.load(tmp_path / "m", jit_compile="eager")  # one reply: nothing to trace
     assert bot.config.context.questions and bot.config.context.retrieved == 2

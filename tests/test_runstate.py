@@ -36,6 +36,7 @@ class CrashAfter(keras.callbacks.Callback):
 
 @pytest.fixture(scope="module")
 def pairs(tiny_csv):
+    """The runs here train each of these pairs once an epoch (`repeats=1`): they show what a run leaves, not learning."""
     return load_pairs(tiny_csv)[0] * 2
 
 
@@ -48,7 +49,7 @@ def crashed(pairs, tmp_path_factory):
     """The state folder of a run that crashed after two of its four epochs, made once for the module."""
     out = tmp_path_factory.mktemp("crashed") / "model"
     with pytest.raises(RuntimeError, match="disk on fire"):
-        train(pairs, tiny_config(epochs=4), out, callbacks=[CrashAfter(2)], **QUIET)
+        train(pairs, tiny_config(epochs=4, repeats=1), out, callbacks=[CrashAfter(2)], **QUIET)
     return state_dir_for(out)
 
 
@@ -63,7 +64,7 @@ def test_a_crash_is_reported_as_a_crash_and_resume_or_delete_is_the_advice(pairs
     state = crash_after_two_epochs(crashed, out)
     assert (state / CRASH_NOTE).read_text().strip() == "RuntimeError: disk on fire"
     with pytest.raises(ArtifactError) as refused:
-        train(pairs, tiny_config(epochs=4), out, **QUIET)
+        train(pairs, tiny_config(epochs=4, repeats=1), out, **QUIET)
     message = str(refused.value)
     assert "stopped with an error after 2 epoch(s)" in message and "RuntimeError: disk on fire" in message
     assert "interrupted" not in message and "--resume" in message and "delete that folder" in message
@@ -77,7 +78,7 @@ def test_resume_after_two_epochs_to_four_keeps_every_history_row_once(pairs, cra
     state = crash_after_two_epochs(crashed, out)
     for name in sorted(os.listdir(state / BACKUP_DIR), reverse=True)[:backups_lost]:
         (state / BACKUP_DIR / name).unlink()  # what a kill between the history row and the backup leaves
-    train(pairs, tiny_config(epochs=4), out, resume=True, **QUIET)
+    train(pairs, tiny_config(epochs=4, repeats=1), out, resume=True, **QUIET)
     assert history_epochs(out) == ["0", "1", "2", "3"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
@@ -92,7 +93,7 @@ def test_a_state_folder_with_only_backups_is_one_clear_error_on_resume_and_repla
     (state / BACKUP_DIR).mkdir(parents=True)
     (state / BACKUP_DIR / "latest.weights.h5").write_bytes(b"left by a kill while the folder was removed")
     with pytest.raises(ArtifactError, match="delete that folder and train again without --resume"):
-        train(pairs, tiny_config(epochs=1), out, resume=True, **QUIET)
+        train(pairs, tiny_config(epochs=1, repeats=1), out, resume=True, **QUIET)
 
     csv = write_csv(tmp_path / "pairs.csv", TINY_PAIRS)
     status = cli.main(["train", "--data", str(csv), "--out", str(out), "--resume"])
@@ -100,7 +101,7 @@ def test_a_state_folder_with_only_backups_is_one_clear_error_on_resume_and_repla
     assert status == 2 and err.startswith("error: cannot resume") and err.count("\n") == 1, err
 
     lines = []
-    train(pairs, tiny_config(epochs=1), out, verbose=0, log=lines.append)
+    train(pairs, tiny_config(epochs=1, repeats=1), out, verbose=0, log=lines.append)
     assert any("nothing to resume" in line for line in lines) and load_model_dir(out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "pairs.csv"]
 

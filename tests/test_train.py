@@ -50,9 +50,9 @@ def _train_command(csv, out, *extra):
 @pytest.mark.slow  # a training subprocess
 def test_mirrored_strategy_trains_on_two_logical_cpus(tmp_path):
     data = write_csv(tmp_path / "pairs.csv", TINY_PAIRS)
-    # One epoch shows the replicas train together; the epochs after it would only cost time.
+    # One epoch of each pair once shows the replicas train together; more steps would only cost time.
     # Choosing the epoch by replies, or fitting rerank weights on retrieved answers, would only add decoding.
-    arguments = _train_command(data, tmp_path / "mirrored", "--strategy", "mirrored", "--epochs", "1",
+    arguments = _train_command(data, tmp_path / "mirrored", "--strategy", "mirrored", "--epochs", "1", "--repeats", "1",
                                "--select", "loss", "--retrieved", "0")[3:]
     script = f"""
 import tensorflow as tf
@@ -77,7 +77,7 @@ raise SystemExit(main({arguments!r}))
 @pytest.mark.slow  # trains a model
 def test_mixed_precision_training_writes_a_float32_model(tmp_path, tiny_csv):
     pairs, _ = load_pairs(tiny_csv)
-    out = train(pairs, tiny_config(epochs=1, mixed_precision=True), tmp_path / "mixed", verbose=0,
+    out = train(pairs, tiny_config(epochs=1, repeats=1, mixed_precision=True), tmp_path / "mixed", verbose=0,
                 log=lambda *_: None)
     _, _, model, _ = load_model_dir(out)
     assert model.dtype_policy.name == "float32"
@@ -87,7 +87,7 @@ def test_mixed_precision_training_writes_a_float32_model(tmp_path, tiny_csv):
 def test_same_seed_same_model_and_loaded_tokenizers_survive_training(tmp_path, tiny_csv, tiny_bot):
     pairs, _ = load_pairs(tiny_csv)
     before = tiny_bot.reply("배고파")
-    runs = [train(pairs, tiny_config(epochs=1), tmp_path / name, verbose=0, log=lambda *_: None)
+    runs = [train(pairs, tiny_config(epochs=1, repeats=1), tmp_path / name, verbose=0, log=lambda *_: None)
             for name in ("a", "b")]
     first, second = (load_model_dir(run)[2].get_weights() for run in runs)
     assert all(np.array_equal(x, y) for x, y in zip(first, second))
