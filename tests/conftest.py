@@ -47,19 +47,21 @@ TINY_PAIRS = [
 # is left running one of them alone at the end. The first two use no session model (the notebook trains its
 # own; the quick lane skips it), so no worker waits idle while another trains the session's tiny model.
 LONGEST_FIRST = [
-    "test_notebook.py",  # 64
-    "test_model.py",  # 9
-    "test_generate.py",  # 96
-    "test_runstate.py",  # 86
-    "test_app.py",  # 77
-    "test_train.py",  # 77
-    "test_cli.py",  # 53
-    "test_default_model.py",  # 44
-    "test_selection.py",  # 35
-    "test_properties.py",  # 30
-    "test_browser.py",  # 21
-    "test_export.py",  # 18
-    "test_evaluate.py",  # 10
+    "test_notebook.py",  # 47
+    "test_model.py",  # 10
+    "test_generate.py",  # 91
+    "test_train.py",  # 59
+    "test_app.py",  # 54
+    "test_runstate.py",  # 41
+    "test_selection.py",  # 34
+    "test_cli.py",  # 32
+    "test_cluster.py",  # 22
+    "test_properties.py",  # 21
+    "test_bench.py",  # 18
+    "test_browser.py",  # 14
+    "test_export.py",  # 12
+    "test_default_model.py",  # 11
+    "test_decoding.py",  # 11
 ]
 
 
