@@ -9,6 +9,7 @@ on first use, so `import app` and `python app.py --help` stay cheap (matplotlib 
 """
 
 import argparse
+import faulthandler
 import html
 import os
 import sys
@@ -290,16 +291,19 @@ def main(argv=None) -> None:
     demo = build_demo(bot, prepare_models=not args.no_warm_up)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, prevent_thread_lock=True,
                 **LAUNCH_OPTIONS)
-    if not args.no_warm_up:
-        warm_up_in_background(bot)  # the streamed reply's graphs, then XLA: requests take plain graphs till then
-    demo.block_thread()  # until Ctrl-C, which closes the server
+    try:
+        if not args.no_warm_up:
+            warm_up_in_background(bot)  # the streamed reply's graphs, then XLA: requests take plain graphs till then
+        demo.block_thread()  # until Ctrl-C, which closes the server
+    except KeyboardInterrupt:  # Ctrl-C before `block_thread` was waiting for it: requests may already have come
+        demo.close()
 
 
 if __name__ == "__main__":
+    faulthandler.enable()  # a fatal signal, or a supervisor's SIGABRT, prints every thread's Python stack
     main()
-    # The warm-up or a retrain may still be inside TensorFlow in another thread, and the interpreter's exit
-    # would then abort ("FATAL: exception not rethrown"). Model files are written atomically, so ending
-    # the process here leaves what a kill would. (Here, not in `main`, which tests call in-process.)
+    # Another thread (the warm-up, a retrain) may be inside TensorFlow, where the interpreter's exit aborts; models
+    # are written atomically, so this ends as a kill would (here, not in `main`, which tests call in-process).
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -121,7 +121,14 @@ def ended_cleanly_by_ctrl_c(process: subprocess.Popen, log: Path, timeout: float
     try:
         status = process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        print(f"  Ctrl-C: the app was still running {timeout:.0f} s later", flush=True)
+        print(f"  Ctrl-C: the app was still running {timeout:.0f} s later; its threads, as SIGABRT dumps them:",
+              flush=True)
+        process.send_signal(signal.SIGABRT)  # the app's faulthandler writes every thread's stack to its log
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        print("\n".join(f"    {line}" for line in log.read_text(errors="replace").splitlines()[-60:]), flush=True)
         return False
     aborted = any(note in log.read_bytes() for note in (b"FATAL", b"terminate called"))
     clean = status == 0 and not aborted

@@ -257,6 +257,33 @@ def test_training_adds_a_model_that_is_listed_and_answers(client, models_root, t
 
 # -- the pieces behind the endpoints -----------------------------------------------------------
 
+def test_a_ctrl_c_while_the_warm_up_starts_closes_the_server_and_main_returns(bot, models_root, monkeypatch):
+    """The page is served before the warm-up thread starts, so requests may come and a Ctrl-C may land in
+    between: it closes the server too, rather than escaping `main` and leaving the interpreter waiting on
+    the server's threads."""
+    import socket
+    import urllib.request
+
+    import gradio
+    import app as app_module
+
+    def interrupted(_):
+        raise KeyboardInterrupt  # as a Ctrl-C there would
+
+    monkeypatch.setattr(app_module, "load_chatbot", lambda *_, **__: bot)
+    monkeypatch.setattr(app_module, "warm_up_in_background", interrupted)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    try:
+        app_module.main(["--model", str(models_root / "tiny"), "--port", str(port)])
+    except KeyboardInterrupt:
+        gradio.close_all()
+        pytest.fail("Ctrl-C escaped main while the warm-up was starting")
+    with pytest.raises(OSError):  # nothing listens any more
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5)
+
+
 def test_chat_streams_a_growing_reply_and_shows_text_not_html(bot, models_root):
     ui = app.ChatApp(bot, models_root)
     updates = list(ui.respond("<b>배고파</b>", [], "tiny", "", *settings()))
