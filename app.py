@@ -36,6 +36,7 @@ QUEUE_SIZE = 64
 POLL_SECONDS = 0.5  # how often the retrain tab refreshes its progress
 
 EXAMPLES = ["안녕하세요", "오늘 너무 피곤해", "헤어지고 밥이 안 넘어가", "표창 받았어", "주말에 뭐 하지?"]
+BAD_SETTINGS = "생성 설정 값이 올바르지 않아요"
 EMPTY_REPLY = "질문을 입력해 주세요. 무엇이든 편하게 물어보세요!"
 BUSY_MESSAGE = "다른 학습이 진행 중이에요. 그 학습이 끝난 뒤에 다시 시도해 주세요."
 SIZE_CHOICES = [("아주 작게 (시험용, 몇 초)", "tiny"), ("작게 (CPU에서 몇 분)", "small"), ("기본 (설계값, 명령줄 train과 같음)", "base")]
@@ -57,7 +58,7 @@ def decoding_settings(values: dict) -> GenerationConfig:
     try:
         return GenerationConfig.from_values(values)
     except (TypeError, ValueError) as error:
-        raise settings_error(error) from None
+        raise refused(error, BAD_SETTINGS) from None
 
 
 def refused(reason, what: str = "요청을 처리할 수 없어요") -> gr.Error:
@@ -65,17 +66,9 @@ def refused(reason, what: str = "요청을 처리할 수 없어요") -> gr.Error
     return gr.Error(f"{what}: {html.escape(str(reason))}", print_exception=False)
 
 
-def settings_error(error: Exception) -> gr.Error:
-    return refused(error, "생성 설정 값이 올바르지 않아요")
-
-
 def as_text(text: str) -> str:
     """Chat messages are shown as text: escape HTML so a reply or question can never inject markup."""
     return html.escape(text, quote=False)
-
-
-def numbered(count: int) -> list[int]:
-    return list(range(1, count + 1))
 
 
 class ChatApp:
@@ -96,7 +89,7 @@ class ChatApp:
         try:
             bot.check(tone, settings)
         except ValueError as error:
-            raise settings_error(error) from None
+            raise refused(error, BAD_SETTINGS) from None
         return bot
 
     def chat(self, message: str, model: str = "", tone: str = "", **decoding) -> str:
@@ -141,8 +134,8 @@ class ChatApp:
         """Load the picked model; returns its summary and the layer and head choices."""
         bot = self.model(name)
         model = bot.config.model
-        return (model_summary(name, bot), gr.Dropdown(choices=numbered(model.num_layers), value=1),
-                gr.Dropdown(choices=numbered(model.num_heads), value=1))
+        return (model_summary(name, bot), gr.Dropdown(choices=list(range(1, model.num_layers + 1)), value=1),
+                gr.Dropdown(choices=list(range(1, model.num_heads + 1)), value=1))
 
     def refresh_models(self, current: str | None):
         """The picker with the model directories now on disk, keeping the current pick if it still exists."""
@@ -223,8 +216,8 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT, prepare_models: bool 
             with gr.Row():
                 attention_question = gr.Textbox(label="질문 (비우면 마지막 질문)", scale=3)
                 view = gr.Radio([("층·헤드 하나", "one"), ("모든 층·헤드", "grid")], value="one", label="보기")
-                layer = gr.Dropdown(numbered(bot.config.model.num_layers), value=1, label="층")
-                head = gr.Dropdown(numbered(bot.config.model.num_heads), value=1, label="헤드")
+                layer = gr.Dropdown(list(range(1, bot.config.model.num_layers + 1)), value=1, label="층")
+                head = gr.Dropdown(list(range(1, bot.config.model.num_heads + 1)), value=1, label="헤드")
             show = gr.Button("어텐션 보기", variant="primary")
             caption = gr.Textbox(label="질문과 답변", lines=2, interactive=False)
             plot = gr.Plot(label="어텐션 지도")
@@ -272,8 +265,7 @@ def __getattr__(name: str):
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description="한국어 트랜스포머 챗봇 웹 앱 (Gradio)")
-    parser.add_argument("--model", default=str(DEFAULT_MODEL), metavar="DIR",
-                        help="model directory to start with (default: models/default)")
+    parser.add_argument("--model", default=str(DEFAULT_MODEL), metavar="DIR", help="model directory to start with (default: models/default)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=7860, help="port (default: 7860)")
     parser.add_argument("--share", action="store_true", help="also open a public gradio.live link")
@@ -289,8 +281,7 @@ def main(argv=None) -> None:
     if not args.no_warm_up:  # until then, plain graphs: the /chat reply's is traced before the page is served
         prepare_replies(bot, streamed=False)
     demo = build_demo(bot, prepare_models=not args.no_warm_up)
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, prevent_thread_lock=True,
-                **LAUNCH_OPTIONS)
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, prevent_thread_lock=True, **LAUNCH_OPTIONS)
     try:
         if not args.no_warm_up:
             warm_up_in_background(bot)  # the streamed reply's graphs, then XLA: requests take plain graphs till then
