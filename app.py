@@ -21,9 +21,9 @@ from chatbot.artifacts import ArtifactError
 from chatbot.config import GenerationConfig
 from chatbot.controls import CONTROLS, DECODING_OPTIONS, DEFAULTS, TONE_CHOICES
 from chatbot.serving import ReplyBatcher
-from chatbot.workspace import (BackgroundTrainer, ModelShelf, clip_question, load_chatbot, model_summary,
-                               prepare_replies, read_training_csv, training_config, typed_chat_function,
-                               warm_up_in_background)
+from chatbot.workspace import (BackgroundTrainer, ModelShelf, attention_choices, clip_question, load_chatbot,
+                               model_summary, prepare_replies, read_training_csv, training_config,
+                               typed_chat_function, warm_up_in_background)
 
 APP_DIR = Path(__file__).resolve().parent
 MODELS_ROOT = APP_DIR / "models"
@@ -133,9 +133,8 @@ class ChatApp:
     def select_model(self, name: str):
         """Load the picked model; returns its summary and the layer and head choices."""
         bot = self.model(name)
-        model = bot.config.model
-        return (model_summary(name, bot), gr.Dropdown(choices=list(range(1, model.num_layers + 1)), value=1),
-                gr.Dropdown(choices=list(range(1, model.num_heads + 1)), value=1))
+        layers, heads = attention_choices(bot)
+        return model_summary(name, bot), gr.Dropdown(choices=layers, value=1), gr.Dropdown(choices=heads, value=1)
 
     def refresh_models(self, current: str | None):
         """The picker with the model directories now on disk, keeping the current pick if it still exists."""
@@ -216,8 +215,9 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT, prepare_models: bool 
             with gr.Row():
                 attention_question = gr.Textbox(label="질문 (비우면 마지막 질문)", scale=3)
                 view = gr.Radio([("층·헤드 하나", "one"), ("모든 층·헤드", "grid")], value="one", label="보기")
-                layer = gr.Dropdown(list(range(1, bot.config.model.num_layers + 1)), value=1, label="층")
-                head = gr.Dropdown(list(range(1, bot.config.model.num_heads + 1)), value=1, label="헤드")
+                layers, heads = attention_choices(bot)
+                layer = gr.Dropdown(layers, value=1, label="층")
+                head = gr.Dropdown(heads, value=1, label="헤드")
             show = gr.Button("어텐션 보기", variant="primary")
             caption = gr.Textbox(label="질문과 답변", lines=2, interactive=False)
             plot = gr.Plot(label="어텐션 지도")

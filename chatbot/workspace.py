@@ -3,7 +3,7 @@
 Owns: the model shelf (the startup model plus every model directory directly under a root, each
 loaded once and shared), getting a model ready to answer (its first replies' graphs traced before anyone
 asks, XLA compiled in the background), the checks on what a user sends (question length, uploaded CSVs), the web
-UI's training sizes, and a background training job with its live progress (a Keras callback) and
+UI's training sizes and a model's layer and head numbers for the attention tab, and a background training job with its live progress (a Keras callback) and
 its unique output directory. User mistakes come back as messages or `ArtifactError`/`ValueError`,
 which the UI shows. TensorFlow is imported on first use (loading or training), so importing this
 module, and `app`, stays cheap. Must not import Gradio, decode text itself or draw.
@@ -75,6 +75,12 @@ def clip_question(text: str | None, max_chars: int) -> tuple[str, str]:
     if len(question) <= max_chars:
         return question, ""
     return question[:max_chars], f"질문이 너무 길어서 앞의 {max_chars}자만 사용했어요."
+
+
+def attention_choices(bot) -> tuple[list[int], list[int]]:
+    """The 1-based layer and head numbers the attention tab offers for a loaded model."""
+    model = bot.config.model
+    return list(range(1, model.num_layers + 1)), list(range(1, model.num_heads + 1))
 
 
 def model_summary(name: str, bot) -> str:

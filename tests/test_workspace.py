@@ -6,8 +6,8 @@ import shutil
 import pytest
 
 from chatbot.artifacts import ArtifactError
-from chatbot.workspace import (TRAINING_SIZES, ModelShelf, TrainingJob, clip_question, load_chatbot,
-                               read_training_csv, training_config, unique_model_dir)
+from chatbot.workspace import (TRAINING_SIZES, ModelShelf, TrainingJob, attention_choices, clip_question,
+                               load_chatbot, read_training_csv, training_config, unique_model_dir)
 
 
 def test_long_question_is_cut_with_a_notice():
@@ -35,6 +35,12 @@ def test_a_startup_model_under_the_root_is_listed_by_name(tiny_bot, tiny_model_d
     shelf = ModelShelf(tiny_model_dir.parent, load_chatbot(tiny_model_dir))
     assert shelf.startup_name == "tiny" and ("tiny", "tiny") in shelf.choices()
     assert ("tiny (시작 모델)", "") not in shelf.choices()
+
+
+def test_the_attention_tab_offers_every_layer_and_head_numbered_from_one(tiny_bot):
+    layers, heads = attention_choices(tiny_bot)
+    assert layers == list(range(1, tiny_bot.config.model.num_layers + 1)) == [1]
+    assert heads == list(range(1, tiny_bot.config.model.num_heads + 1)) == [1, 2]
 
 
 def test_uploaded_csvs_get_the_loaders_report_or_one_error(tmp_path, tiny_csv):
