@@ -176,14 +176,19 @@ class Retriever(tf.Module):
 
     def leave_one_out(self, pairs: list[QAPair], k: int, tones, batch_size: int = 256) -> list[list[QAPair]]:
         """`neighbours` for many training questions, in batches, none with the question's own text:
-        (len(pairs), k') pairs, nearest first."""
-        lookup = tf.function(lambda t, s: self.top_rows(t, k, s, leave_one_out=True)[0], autograph=False)
-        found = []
-        for first in range(0, len(pairs), batch_size):
-            chunk = [p.question for p in pairs[first:first + batch_size]]
-            rows = lookup(tf.constant(chunk), tf.constant(tones[first:first + batch_size], tf.int32))
-            found += [[self.pairs[i] for i in row] for row in rows.numpy()]
-        return found
+        (len(pairs), k') pairs, nearest first. Each distinct question and tone is looked up once (the
+        schedule repeats a small set's pairs many times an epoch), by one traced function."""
+        keys = list(zip((p.question for p in pairs), map(int, tones)))
+        asked = list(dict.fromkeys(keys))
+        lookup = tf.function(lambda t, s: self.top_rows(t, k, s, leave_one_out=True)[0], autograph=False,
+                             input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32)])
+        found = {}
+        for first in range(0, len(asked), batch_size):
+            chunk = asked[first:first + batch_size]
+            questions, chunk_tones = zip(*chunk)
+            rows = lookup(tf.constant(questions), tf.constant(chunk_tones, tf.int32))
+            found.update(zip(chunk, ([self.pairs[i] for i in row] for row in rows.numpy())))
+        return [list(found[key]) for key in keys]
 
     def to_json(self) -> bytes:
         return index_json(self.pairs)

@@ -73,6 +73,19 @@ def test_a_training_question_never_retrieves_its_own_row_when_leaving_one_out():
         assert pair not in neighbours and all(n.question != pair.question for n in neighbours), pair
 
 
+def test_leaving_one_out_finds_for_each_row_what_its_own_lookup_would_when_pairs_repeat():
+    """Repeated rows share one lookup per question and tone; each row still gets its own neighbours."""
+    pairs = [QAPair("배고파", "밥 먹어요.", 0), QAPair("배고파 죽겠어", "뭐라도 드세요.", 1),
+             QAPair("배고프다", "간식 어때요?", 0), QAPair("졸려", "자요.", 2)]
+    retriever = Retriever(pairs)
+    repeated = pairs * 3  # as the schedule repeats a small set; tones vary as tone dropout makes them
+    tones = [-1 if i % 3 else pair.label for i, pair in enumerate(repeated)]  # each question with and without
+    questions, answers = retriever.neighbours([p.question for p in repeated], 2, tones, leave_one_out=True)
+    expected = [[(q.decode(), a.decode()) for q, a in zip(*row)] for row in zip(questions.numpy(), answers.numpy())]
+    found = retriever.leave_one_out(repeated, 2, tones, batch_size=3)  # in batches, the last one short
+    assert [[(n.question, n.answer) for n in row] for row in found] == expected
+
+
 def test_asking_a_tone_prefers_rows_with_that_label():
     pairs = [QAPair("오늘 하루 어땠어", "평범했어요.", 0), QAPair("오늘 하루 어땠니", "좀 슬펐어요.", 1),
              QAPair("오늘 하루 어땠냐", "설레는 날이었어요.", 2)]
