@@ -167,28 +167,34 @@ def training_config(args) -> ChatbotConfig:
 
 
 def run_train(args) -> None:
-    role = strategy = None
-    if args.strategy == "multi-worker":  # before any TensorFlow op: collective ops are set up at start
-        from chatbot.cluster import multi_worker_strategy, read_tf_config
+    from chatbot.cluster import multi_worker_strategy, read_tf_config, worker_out_dir
 
+    role = strategy = None
+    if args.strategy == "multi-worker":
         try:
             role = read_tf_config(os.environ)
         except ValueError as error:
             raise UserError(str(error)) from None
-        strategy = multi_worker_strategy()
     config = training_config(args)
     if args.vocab_size < 16:
         raise UserError("--vocab-size must be at least 16")
-    from chatbot.cluster import worker_out_dir
-
     final = Path(args.out)
     out = worker_out_dir(final, role)  # only the chief writes --out
     if out == final and out.exists() and not args.overwrite and not args.resume:  # a resume may find it saved
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
     check_writable(out)
-    from chatbot.datasets import load_sources
+    from chatbot.datasets import is_tfds, load_sources
 
-    pairs = load_sources(args.data, log=lambda line: print(line, flush=True))  # CSVs before TensorFlow loads
+    def load():
+        return load_sources(args.data, log=lambda line: print(line, flush=True))
+
+    # Every mistake so far, and a CSV's, is said at once: TensorFlow takes seconds to load. TFDS runs
+    # TensorFlow ops, so it loads after a multi-worker strategy, which must come before any op.
+    pairs = None if any(map(is_tfds, args.data)) else load()
+    _load_tensorflow(find_devices=role is None)
+    if role is not None:
+        strategy = multi_worker_strategy()
+    pairs = load() if pairs is None else pairs
     from chatbot.tokenizer import VocabularyError
     from chatbot.train import train
 
@@ -246,14 +252,20 @@ def run_download(args) -> None:
     print(f"saved: {path}\ntrain on it: {program_name()} train --data {path} --out models/chatbotdata")
 
 
+def _load_tensorflow(find_devices: bool = True) -> None:
+    """TensorFlow without its start-up notes or Keras's extras (`chatbot.startup`). `find_devices` False: a
+    multi-worker run, whose strategy must come before TensorFlow looks for devices."""
+    import_tensorflow_quietly(find_devices=find_devices, lean=True)
+    # TensorFlow's million import-time objects live until exit, where the interpreter would walk
+    # them all once more (a second of a one-question `chat -q`); frozen, it leaves them be.
+    gc.freeze()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command in ("train", "chat", "eval", "export"):
-            import_tensorflow_quietly(find_devices=getattr(args, "strategy", "") != "multi-worker", lean=True)
-            # TensorFlow's million import-time objects live until exit, where the interpreter would walk
-            # them all once more (a second of a one-question `chat -q`); frozen, it leaves them be.
-            gc.freeze()
+        if args.command in ("chat", "eval", "export"):  # `train` checks its flags first
+            _load_tensorflow()
         args.handler(args)
     except (UserError, DataError, ArtifactError, DownloadError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -62,6 +62,24 @@ def bad_csvs(tmp_path):
             (tmp_path / "missing.csv", "not found")]
 
 
+def test_train_says_a_mistake_in_its_flags_cluster_or_csv_before_it_loads_tensorflow(tmp_path):
+    """TensorFlow takes seconds to load: `train` checks what it can first. One process for every case, as a
+    process that loaded TensorFlow once cannot show whether the next mistake would have loaded it."""
+    csv = write_csv(tmp_path / "d.csv", TINY_PAIRS)
+    cases = [(["--d-model", "30"], "divisible"), (["--strategy", "multi-worker"], "TF_CONFIG"),
+             (["--data", tmp_path / "missing.csv"], "not found"), (["--out", tmp_path], "already exists")]
+    script = (f"import os, sys\nfrom chatbot.cli import main\nos.environ['TF_CONFIG'] = '{{oops'\n"
+              f"for extra in {[[str(arg) for arg in extra] for extra, _ in cases]!r}:\n"
+              f"    print('status', main(['train', '--data', {str(csv)!r}, '--out', {str(tmp_path / 'm')!r}, *extra]))\n"
+              "print('tensorflow loaded', 'tensorflow' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    told = [line for line in result.stdout.splitlines() if line.startswith(("status", "tensorflow"))]
+    assert told == ["status 2"] * len(cases) + ["tensorflow loaded False"], result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == len(cases) and all(word in line for line, (_, word) in zip(errors, cases)), errors
+
+
 def test_bad_csvs_give_one_error_line_and_no_output(tmp_path, capsys):
     for csv, reason in bad_csvs(tmp_path):
         out = tmp_path / f"out-{csv.stem}"
