@@ -265,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command in ("chat", "eval", "export"):  # `train` checks its flags first
+            check_model_dir(args.model)  # a missing or broken model is said before TensorFlow loads (seconds)
             _load_tensorflow()
         args.handler(args)
     except (UserError, DataError, ArtifactError, DownloadError) as error:

@@ -62,22 +62,30 @@ def bad_csvs(tmp_path):
             (tmp_path / "missing.csv", "not found")]
 
 
-def test_train_says_a_mistake_in_its_flags_cluster_or_csv_before_it_loads_tensorflow(tmp_path):
-    """TensorFlow takes seconds to load: `train` checks what it can first. One process for every case, as a
-    process that loaded TensorFlow once cannot show whether the next mistake would have loaded it."""
-    csv = write_csv(tmp_path / "d.csv", TINY_PAIRS)
-    cases = [(["--d-model", "30"], "divisible"), (["--strategy", "multi-worker"], "TF_CONFIG"),
-             (["--data", tmp_path / "missing.csv"], "not found"), (["--out", tmp_path], "already exists")]
-    script = (f"import os, sys\nfrom chatbot.cli import main\nos.environ['TF_CONFIG'] = '{{oops'\n"
-              f"for extra in {[[str(arg) for arg in extra] for extra, _ in cases]!r}:\n"
-              f"    print('status', main(['train', '--data', {str(csv)!r}, '--out', {str(tmp_path / 'm')!r}, *extra]))\n"
+def test_a_mistake_in_flags_cluster_csv_or_model_is_said_before_tensorflow_loads(tmp_path):
+    """TensorFlow takes seconds to load: the commands check what they can first. One process for every case,
+    as a process that loaded TensorFlow once cannot show whether the next mistake would have loaded it."""
+    csv, out, nothing = write_csv(tmp_path / "d.csv", TINY_PAIRS), tmp_path / "m", tmp_path / "nothing"
+    mistakes = {  # command line -> what its error line says
+        ("train", "--data", csv, "--out", out, "--d-model", "30"): "divisible",
+        ("train", "--data", csv, "--out", out, "--strategy", "multi-worker"): "TF_CONFIG",
+        ("train", "--data", tmp_path / "missing.csv", "--out", out): "not found",
+        ("train", "--data", csv, "--out", tmp_path): "already exists",
+        ("chat", "--model", nothing): "no model directory",
+        ("eval", "--model", nothing, "--data", csv): "no model directory",
+        ("export", "--model", nothing, "--out", tmp_path / "e"): "no model directory",
+    }
+    argvs = [[str(arg) for arg in argv] for argv in mistakes]
+    script = ("import os, sys\nfrom chatbot.cli import main\nos.environ['TF_CONFIG'] = '{oops'\n"
+              f"for argv in {argvs!r}:\n    print('status', main(argv))\n"
               "print('tensorflow loaded', 'tensorflow' in sys.modules)\n")
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     told = [line for line in result.stdout.splitlines() if line.startswith(("status", "tensorflow"))]
-    assert told == ["status 2"] * len(cases) + ["tensorflow loaded False"], result.stdout + result.stderr
+    assert told == ["status 2"] * len(mistakes) + ["tensorflow loaded False"], result.stdout + result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == len(cases) and all(word in line for line, (_, word) in zip(errors, cases)), errors
+    assert len(errors) == len(mistakes), errors
+    assert all(words in line for line, words in zip(errors, mistakes.values())), errors
 
 
 def test_bad_csvs_give_one_error_line_and_no_output(tmp_path, capsys):
