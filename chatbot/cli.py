@@ -2,7 +2,8 @@
 
 Owns: argparse, turning user mistakes into one `error: ...` line and exit status 2, and
 nothing else: every subcommand calls into the package (the chat conversation is `chatbot.terminal`).
-TensorFlow is imported only inside the handlers, so `--help` is instant.
+TensorFlow is loaded only inside the handlers, once each has checked what it can (seconds of loading): `--help`
+is instant, and so is the error line for a mistake.
 """
 
 from __future__ import annotations
@@ -212,7 +213,7 @@ def run_train(args) -> None:
 
 
 def run_chat(args) -> None:
-    terminal.chat(args.model, args.question, _decoding(args))
+    terminal.chat(args.model, args.question, _decoding(args), load_tensorflow=_load_tensorflow)
 
 
 def run_eval(args) -> None:
@@ -227,6 +228,7 @@ def run_eval(args) -> None:
         raise UserError("--latency-sample must be 0 or more")
     check_model_dir(args.model)
     pairs, _ = load_pairs(args.data)
+    _load_tensorflow()
     from chatbot.evaluate import evaluate
     from chatbot.generate import Chatbot
 
@@ -241,6 +243,7 @@ def run_export(args) -> None:
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
     check_writable(out)
     check_model_dir(args.model)
+    _load_tensorflow()
     from chatbot.export import export_saved_model
 
     export_saved_model(args.model, out, overwrite=args.overwrite)
@@ -264,9 +267,6 @@ def _load_tensorflow(find_devices: bool = True) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command in ("chat", "eval", "export"):  # `train` checks its flags first
-            check_model_dir(args.model)  # a missing or broken model is said before TensorFlow loads (seconds)
-            _load_tensorflow()
         args.handler(args)
     except (UserError, DataError, ArtifactError, DownloadError) as error:
         print(f"error: {error}", file=sys.stderr)

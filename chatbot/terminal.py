@@ -31,11 +31,13 @@ def check_question(text: str) -> str:
     return text
 
 
-def chat(model: str, question: str | None, decoding: dict) -> None:
-    """Answer `question`, or each piped line of stdin, or talk in a REPL; `decoding`: checked options and tone."""
+def chat(model: str, question: str | None, decoding: dict, load_tensorflow=lambda: None) -> None:
+    """Answer `question`, or each piped line of stdin, or talk in a REPL; `decoding`: checked options and tone.
+    `load_tensorflow` is called once the question and the model directory are checked."""
     if question is not None:
         check_question(question)
     check_model_dir(model)
+    load_tensorflow()
     if question is None and not sys.stdin.isatty():
         answer_lines(ModelOnFirstUse(model, decoding), sys.stdin.buffer, decoding)
         return
