@@ -172,7 +172,7 @@ def record_jit_compile(monkeypatch) -> list[bool]:
     return asked
 
 
-def test_chat_one_shot(tiny_model_dir, capsys, monkeypatch):
+def test_chat_one_shot(tiny_model_dir, tiny_bot, capsys, monkeypatch):
     """One question decodes without XLA and eagerly: compiling, or tracing a graph, costs more than the reply."""
     import tensorflow as tf
     from chatbot.generate import Chatbot
@@ -191,7 +191,7 @@ def test_chat_one_shot(tiny_model_dir, capsys, monkeypatch):
 
     question = "오늘 회사에서 혼났어"
     out = main(capsys, "chat", "--model", tiny_model_dir, "-q", question, "--strategy", "sample", "--seed", "5")[1]
-    assert out.strip() == Chatbot.load(tiny_model_dir, jit_compile=False).reply(question, strategy="sample", seed=5)
+    assert out.strip() == tiny_bot.reply(question, strategy="sample", seed=5)  # the session's bot, a plain graph
 
 
 @pytest.mark.slow  # a TensorFlow subprocess
