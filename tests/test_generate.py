@@ -223,6 +223,8 @@ def test_agreement_moves_beam_search_towards_the_retrieved_answer(tiny_bot):
 SWEEP_KEPT = 3  # the sweep's process keeps fewer plans than COMPILED_KEPT, so fewer tracings fill its cache
 SWEEP = f"""
 import gc, json, sys
+from chatbot.startup import import_tensorflow_quietly
+import_tensorflow_quietly(lean=True)  # as the command line loads it: without Keras's optional extras
 import chatbot.decoding
 from chatbot.generate import Chatbot
 chatbot.decoding.COMPILED_KEPT = {SWEEP_KEPT}

@@ -55,6 +55,8 @@ def test_mirrored_strategy_trains_on_two_logical_cpus(tmp_path):
     arguments = _train_command(data, tmp_path / "mirrored", "--strategy", "mirrored", "--epochs", "1", "--repeats", "1",
                                "--select", "loss", "--retrieved", "0")[3:]
     script = f"""
+from chatbot.startup import import_tensorflow_quietly
+import_tensorflow_quietly(find_devices=False, lean=True)  # as main() would, before the CPU is split in two
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
