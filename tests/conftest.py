@@ -114,7 +114,7 @@ def tiny_model_dir(tmp_path_factory, tiny_csv) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not (out / "model.keras").is_file():  # `train` writes the folder whole or not at all
             pairs, _ = load_pairs(tiny_csv)
-            # "last": an overfit model's last epoch is its best; checkpointing each better epoch cost 2 s
+            # "last": an overfit model's last epoch is its best, so no checkpoint of each better epoch is written
             train(pairs * REPEATS, tiny_config(epochs=6, select="last"), out, verbose=0, log=lambda *_: None)
     return out
 

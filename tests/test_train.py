@@ -56,7 +56,7 @@ def test_mirrored_strategy_trains_on_two_logical_cpus(tmp_path):
                                "--select", "loss", "--retrieved", "0")[3:]
     script = f"""
 from chatbot.startup import import_tensorflow_quietly
-import_tensorflow_quietly(find_devices=False, lean=True)  # as main() would, before the CPU is split in two
+import_tensorflow_quietly(find_devices=False, lean=True)  # as the command line does, before the CPU is split
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
