@@ -4,8 +4,6 @@ Owns the browser UI only: the layout of the chat, attention and retrain tabs, th
 the queue and the event wiring. Models, uploads and background training live in `chatbot.workspace`,
 heatmaps in `chatbot.plots`. Must not hold model logic or import TensorFlow: the workspace imports it
 on first use, so `import app` and `python app.py --help` stay cheap (matplotlib too: on the first heatmap).
-
-    python app.py [--model models/default] [--host 127.0.0.1] [--port 7860] [--share] [--no-warm-up]
 """
 
 import argparse
@@ -265,7 +263,8 @@ def __getattr__(name: str):
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description="한국어 트랜스포머 챗봇 웹 앱 (Gradio)")
-    parser.add_argument("--model", default=str(DEFAULT_MODEL), metavar="DIR", help="model directory to start with (default: models/default)")
+    parser.add_argument("--model", default=str(DEFAULT_MODEL), metavar="DIR",
+                        help="model directory to start with (default: models/default)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=7860, help="port (default: 7860)")
     parser.add_argument("--share", action="store_true", help="also open a public gradio.live link")
@@ -281,7 +280,8 @@ def main(argv=None) -> None:
     if not args.no_warm_up:  # until then, plain graphs: the /chat reply's is traced before the page is served
         prepare_replies(bot, streamed=False)
     demo = build_demo(bot, prepare_models=not args.no_warm_up)
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, prevent_thread_lock=True, **LAUNCH_OPTIONS)
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, prevent_thread_lock=True,
+                **LAUNCH_OPTIONS)
     try:
         if not args.no_warm_up:
             warm_up_in_background(bot)  # the streamed reply's graphs, then XLA: requests take plain graphs till then

@@ -3,10 +3,11 @@
 Owns: the model shelf (the startup model plus every model directory directly under a root, each
 loaded once and shared), getting a model ready to answer (its first replies' graphs traced before anyone
 asks, XLA compiled in the background), the checks on what a user sends (question length, uploaded CSVs), the web
-UI's training sizes and a model's layer and head numbers for the attention tab, and a background training job with its live progress (a Keras callback) and
-its unique output directory. User mistakes come back as messages or `ArtifactError`/`ValueError`,
-which the UI shows. TensorFlow is imported on first use (loading or training), so importing this
-module, and `app`, stays cheap. Must not import Gradio, decode text itself or draw.
+UI's training sizes and a model's layer and head numbers for the attention tab, and a background training job
+with its live progress (a Keras callback) and its unique output directory. User mistakes come back as
+messages or `ArtifactError`/`ValueError`, which the UI shows. TensorFlow is imported on first use (loading
+or training), so importing this module, and `app`, stays cheap. Must not import Gradio, decode text itself
+or draw.
 """
 
 from __future__ import annotations
