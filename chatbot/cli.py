@@ -191,11 +191,13 @@ def run_train(args) -> None:
 
     # Every mistake so far, and a CSV's, is said at once: TensorFlow takes seconds to load. TFDS runs
     # TensorFlow ops, so it loads after a multi-worker strategy, which must come before any op.
-    pairs = None if any(map(is_tfds, args.data)) else load()
+    from_tfds = any(map(is_tfds, args.data))
+    pairs = None if from_tfds else load()
     _load_tensorflow(find_devices=role is None)
     if role is not None:
         strategy = multi_worker_strategy()
-    pairs = load() if pairs is None else pairs
+    if from_tfds:
+        pairs = load()
     from chatbot.tokenizer import VocabularyError
     from chatbot.train import train
 
