@@ -115,14 +115,32 @@ def measure_app(model: str, timeout: float) -> bool:
     return answered and clean
 
 
+def sigint_state(pid: int) -> str:
+    """How the process stands with SIGINT (Linux's /proc): ignored, caught, pending, and how many of its threads
+    block it: what to read first when a Ctrl-C never became Python's KeyboardInterrupt."""
+    bit = 1 << (signal.SIGINT - 1)
+    try:
+        fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                      if ":\t" in line)
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        blocking = sum(bool(int(line.split()[1], 16) & bit) for task in tasks
+                       for line in (task / "status").read_text().splitlines() if line.startswith("SigBlk:"))
+    except OSError as error:
+        return f"its SIGINT state is unknown ({error})"
+    flags = {name: bool(int(fields[key], 16) & bit) for name, key in
+             (("ignored", "SigIgn"), ("caught", "SigCgt"), ("pending", "ShdPnd"))}
+    said = ", ".join(f"{name} {flag}" for name, flag in flags.items())
+    return f"SIGINT {said}, blocked in {blocking} of {len(tasks)} threads"
+
+
 def ended_cleanly_by_ctrl_c(process: subprocess.Popen, log: Path, timeout: float = 60) -> bool:
     """Send SIGINT and print how the app ended: status 0 without an abort ("FATAL", "terminate called") is clean."""
     process.send_signal(signal.SIGINT)
     try:
         status = process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        print(f"  Ctrl-C: the app was still running {timeout:.0f} s later; its threads, as SIGABRT dumps them:",
-              flush=True)
+        print(f"  Ctrl-C: the app was still running {timeout:.0f} s later; {sigint_state(process.pid)}; its threads, "
+              "as SIGABRT dumps them:", flush=True)
         process.send_signal(signal.SIGABRT)  # the app's faulthandler writes every thread's stack to its log
         try:
             process.wait(timeout=10)
@@ -167,4 +185,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    # Ctrl-C as a user's terminal sends it: where this bench was started with SIGINT ignored (a script's background
+    # job, some CI runners), the app it starts would inherit that and ignore the Ctrl-C the bench sends.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.exit(main())

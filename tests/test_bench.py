@@ -56,10 +56,16 @@ def test_output_of_the_wrong_benchmark_is_one_error_line(tmp_path):
     assert not (tmp_path / "ratios.png").exists()
 
 
+# The bench started with SIGINT ignored, as a script's background job (and some CI runners) start it: its Ctrl-C
+# must still reach the app, which would otherwise inherit that and ignore it.
+SIGINT_IGNORED = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                  "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+
+
 def cold_start(*args):
     env = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}  # as a user starts
-    return subprocess.run([sys.executable, str(COLD_START), *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900, env=env)
+    return subprocess.run([sys.executable, "-c", SIGINT_IGNORED, str(COLD_START), *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900, env=env)
 
 
 def test_the_cold_start_bench_asks_questions_of_five_lengths_and_refuses_bad_arguments(tmp_path):
@@ -76,6 +82,26 @@ def test_the_cold_start_bench_asks_questions_of_five_lengths_and_refuses_bad_arg
         assert result.returncode == 2 and not result.stdout, result.stderr
         assert [line for line in result.stderr.splitlines() if line] == [result.stderr.strip()], result.stderr
         assert result.stderr.startswith("error: ") and reason in result.stderr
+
+
+def test_a_hung_ctrl_c_is_reported_with_the_apps_sigint_state():
+    """When Ctrl-C does not end the app, the bench says whether SIGINT was ignored, caught, pending or blocked."""
+    sys.path.insert(0, str(COLD_START.parent))
+    try:
+        from cold_start import sigint_state
+    finally:
+        sys.path.remove(str(COLD_START.parent))
+    ignoring = subprocess.Popen([sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGINT, "
+                                 "signal.SIG_IGN); print(flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
+    try:
+        ignoring.stdout.readline()
+        state = sigint_state(ignoring.pid)
+    finally:
+        ignoring.kill()
+        ignoring.wait()
+    assert re.fullmatch(r"SIGINT ignored True, caught False, pending False, blocked in 0 of \d+ threads", state), state
+    assert re.fullmatch(r"SIGINT ignored False, caught True, .*", sigint_state(os.getpid()))
+    assert sigint_state(ignoring.pid).startswith("its SIGINT state is unknown")
 
 
 @pytest.mark.slow  # the app and the command line, each in a subprocess, on the tiny model
