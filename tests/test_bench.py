@@ -91,17 +91,21 @@ def test_a_hung_ctrl_c_is_reported_with_the_apps_sigint_state():
         from cold_start import sigint_state
     finally:
         sys.path.remove(str(COLD_START.parent))
-    ignoring = subprocess.Popen([sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGINT, "
-                                 "signal.SIG_IGN); print(flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
-    try:
-        ignoring.stdout.readline()
-        state = sigint_state(ignoring.pid)
-    finally:
-        ignoring.kill()
-        ignoring.wait()
-    assert re.fullmatch(r"SIGINT ignored True, caught False, pending False, blocked in 0 of \d+ threads", state), state
-    assert re.fullmatch(r"SIGINT ignored False, caught True, .*", sigint_state(os.getpid()))
-    assert sigint_state(ignoring.pid).startswith("its SIGINT state is unknown")
+    states = {}
+    for handler in ("SIG_IGN", "default_int_handler"):
+        sleeper = subprocess.Popen([sys.executable, "-c", f"import signal, time; signal.signal(signal.SIGINT, "
+                                    f"signal.{handler}); print(flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
+        try:
+            sleeper.stdout.readline()
+            states[handler] = sigint_state(sleeper.pid)
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+    assert re.fullmatch(r"SIGINT ignored True, caught False, pending False, blocked in 0 of \d+ threads",
+                        states["SIG_IGN"]), states
+    assert re.fullmatch(r"SIGINT ignored False, caught True, pending False, blocked in 0 of \d+ threads",
+                        states["default_int_handler"]), states
+    assert sigint_state(sleeper.pid).startswith("its SIGINT state is unknown")
 
 
 @pytest.mark.slow  # the app and the command line, each in a subprocess, on the tiny model
