@@ -1,6 +1,7 @@
 """bench/ratios_chart.py: the chart of the ratios that the decoding and training benchmarks print; and
 bench/cold_start.py, which times the app's and the command line's first replies (what it prints, not how fast)."""
 
+import importlib
 import os
 import re
 import subprocess
@@ -26,6 +27,15 @@ package, question only       3995 non-pad target tokens/s    -   | 485.1 pairs/s
 """
 
 
+def bench_module(name: str):
+    """A script of bench/ imported as a module; bench/ is on the path meanwhile, as the scripts import each other."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+
+
 def chart(tmp_path, decode, train):
     (tmp_path / "decode.txt").write_text(decode, encoding="utf-8")
     (tmp_path / "train.txt").write_text(train, encoding="utf-8")
@@ -35,15 +45,12 @@ def chart(tmp_path, decode, train):
 
 
 def test_the_printed_ratios_are_read_and_drawn(tmp_path):
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        from ratios_chart import DECODE_LINE, TRAIN_LINE, ratios
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    script = bench_module("ratios_chart")
     (tmp_path / "d.txt").write_text(DECODE_OUTPUT, encoding="utf-8")
     (tmp_path / "t.txt").write_text(TRAIN_OUTPUT, encoding="utf-8")
-    assert ratios(tmp_path / "d.txt", DECODE_LINE) == [("cached greedy", 213.2), ("cached beam 4", 125.9)]
-    assert ratios(tmp_path / "t.txt", TRAIN_LINE) == [("tutorial: padded", 1.0), ("package, question only", 5.31)]
+    assert script.ratios(tmp_path / "d.txt", script.DECODE_LINE) == [("cached greedy", 213.2), ("cached beam 4", 125.9)]
+    assert script.ratios(tmp_path / "t.txt", script.TRAIN_LINE) == [("tutorial: padded", 1.0),
+                                                                     ("package, question only", 5.31)]
     result = chart(tmp_path, DECODE_OUTPUT, TRAIN_OUTPUT)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "ratios.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -69,11 +76,7 @@ def cold_start(*args):
 
 
 def test_the_cold_start_bench_asks_questions_of_five_lengths_and_refuses_bad_arguments(tmp_path):
-    sys.path.insert(0, str(COLD_START.parent))
-    try:
-        from cold_start import QUESTIONS
-    finally:
-        sys.path.remove(str(COLD_START.parent))
+    QUESTIONS = bench_module("cold_start").QUESTIONS
     assert len(QUESTIONS) == 5 and len({len(q) for q in QUESTIONS}) == 5 and max(map(len, QUESTIONS)) <= 200
     result = cold_start("--help")
     assert result.returncode == 0 and all(flag in result.stdout for flag in ("--model", "--runs", "--skip-app"))
@@ -86,11 +89,7 @@ def test_the_cold_start_bench_asks_questions_of_five_lengths_and_refuses_bad_arg
 
 def test_a_hung_ctrl_c_is_reported_with_the_apps_sigint_state():
     """When Ctrl-C does not end the app, the bench says whether SIGINT was ignored, caught, pending or blocked."""
-    sys.path.insert(0, str(COLD_START.parent))
-    try:
-        from cold_start import sigint_state
-    finally:
-        sys.path.remove(str(COLD_START.parent))
+    sigint_state = bench_module("cold_start").sigint_state
     states = {}
     for handler in ("SIG_IGN", "default_int_handler"):
         sleeper = subprocess.Popen([sys.executable, "-c", f"import signal, time; signal.signal(signal.SIGINT, "
