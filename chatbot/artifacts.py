@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import re
 import secrets
 import shutil
 import signal
+import stat
+import tempfile
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,7 +42,9 @@ INDEX_FILE = "retrieval.json"  # the retrieval index (chatbot.retrieval), when c
 HISTORY_FILE = "history.csv"
 METRICS_FILE = "metrics.json"
 REQUIRED_FILES = (CONFIG_FILE, TOKENIZER_FILE, MODEL_FILE)
+EXPORT_MARKER = "chatbot-export.json"  # beside saved_model.pb: this SavedModel was written by `chatbot export`
 KILL_AT = "CHATBOT_KILL_AT"  # test hook, see kill_point
+READ_THROUGH_FOLDER = os.open in os.supports_dir_fd  # a model directory is read through one folder handle
 
 
 class ArtifactError(ValueError):
@@ -135,6 +141,33 @@ def check_writable(out: str | Path) -> None:
         raise ArtifactError(f"{out}: the path or one of its names is too long for this file system")
 
 
+def check_replaceable(out: str | Path, is_ours, what: str) -> None:
+    """Refuse an --out that a save must never replace, before any work: the current folder or one of its
+    parents (an overwrite would delete what the user is working in), a link or a file, and an existing folder
+    that `is_ours(folder)` does not recognise as `what` (an unrelated folder the user keeps). An empty folder
+    holds nothing to lose and may be replaced."""
+    out = Path(out)
+    here, target = Path.cwd().resolve(), out.resolve()
+    if target == here or target in here.parents:
+        raise ArtifactError(f"{out}: is the current folder or one of its parents; choose a new folder for --out")
+    if out.is_symlink():
+        raise ArtifactError(f"{out}: is a link; choose a new folder for --out")
+    if out.exists() and not out.is_dir():
+        raise ArtifactError(f"{out}: is a file, not a folder; choose a new folder for --out")
+    if out.is_dir() and any(out.iterdir()) and not is_ours(out):
+        raise ArtifactError(f"{out}: is not {what}, so --overwrite will not replace it; choose another --out")
+
+
+def is_model_dir(folder: Path) -> bool:
+    """Whether `folder` looks like a model directory (`check_replaceable`'s test for `train --overwrite`)."""
+    return (folder / CONFIG_FILE).is_file()
+
+
+def is_export(folder: Path) -> bool:
+    """Whether `folder` is a SavedModel that `chatbot export` wrote (`check_replaceable`'s test for `export`)."""
+    return (folder / "saved_model.pb").is_file() and (folder / EXPORT_MARKER).is_file()
+
+
 def _swap_names(out_dir: Path) -> tuple[Path, Path]:
     return out_dir.with_name(f".{out_dir.name}.new"), out_dir.with_name(f".{out_dir.name}.old")
 
@@ -191,7 +224,6 @@ def save_model_dir(out_dir: str | Path, config: ChatbotConfig, tokenizer: "Token
         raise ArtifactError(f"{out_dir} already exists; choose another --out or pass --overwrite")
     temp = temp_path_beside(out_dir)
     temp.mkdir()
-    new, old = _swap_names(out_dir)
     try:
         (temp / CONFIG_FILE).write_text(config.to_json(), encoding="utf-8")
         tokenizer.save(temp / TOKENIZER_FILE)
@@ -202,6 +234,18 @@ def save_model_dir(out_dir: str | Path, config: ChatbotConfig, tokenizer: "Token
             if Path(folder).is_dir():
                 shutil.copytree(folder, temp / name)
         kill_point("save-written")
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    return replace_dir(temp, out_dir)
+
+
+def replace_dir(temp: Path, out_dir: Path) -> Path:
+    """Put the complete folder `temp` (a temporary beside `out_dir`) in the place of `out_dir`, atomically for
+    readers: an existing `out_dir` is renamed aside, the new one renamed in, and only then the old one removed.
+    A kill between the renames is undone by `recover_model_dir`."""
+    new, old = _swap_names(out_dir)
+    try:
         with _folder_lock(out_dir.parent):
             if out_dir.exists():
                 shutil.rmtree(new, ignore_errors=True)
@@ -222,29 +266,71 @@ def save_model_dir(out_dir: str | Path, config: ChatbotConfig, tokenizer: "Token
 def check_model_dir(path: str | Path) -> ChatbotConfig:
     """Check a model directory without loading TensorFlow: all files present, same major.minor
     version, the tokenizer file matching the vocabulary hash in config.json."""
+    return _checked_config(path, _read_files(path, with_model=False))
+
+
+def _read_files(path: str | Path, with_model: bool = True, tries: int = 3) -> dict[str, bytes]:
+    """The bytes of a model directory's files, all from one directory: read through one open handle on the
+    folder, so a save that swaps a new directory in meanwhile (`train --overwrite` finishing while the app
+    loads) cannot mix one run's weights with another's tokenizer or index. A folder removed while it is
+    read (the swapped-out old one) is read again from its path."""
     path = Path(path)
     if not path.is_dir():
         recover_model_dir(path)  # a kill in the middle of an overwrite
     if not path.is_dir():
         raise ArtifactError(f"{path}: no model directory here (train one with `python -m chatbot train`)")
-    missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
+    for _ in range(tries):
+        folder = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)) if READ_THROUGH_FOLDER else None
+        try:
+            files = {}  # absent ones are left out: `_checked_config` names those that are required
+            for name in (CONFIG_FILE, TOKENIZER_FILE, INDEX_FILE, MODEL_FILE):
+                try:
+                    if name == MODEL_FILE and not with_model:  # only whether it is there
+                        if stat.S_ISREG(os.stat(name if folder is not None else path / name, dir_fd=folder).st_mode):
+                            files[name] = b""
+                        continue
+                    with open(name if folder is not None else path / name, "rb",
+                              opener=lambda file, flags: os.open(file, flags, dir_fd=folder)) as handle:
+                        files[name] = handle.read()
+                except (FileNotFoundError, IsADirectoryError):
+                    pass
+            if folder is None or _same_folder(folder, path):
+                return files
+        finally:
+            if folder is not None:
+                os.close(folder)
+    raise ArtifactError(f"{path}: the model directory kept changing while it was read; try again")
+
+
+def _same_folder(folder: int, path: Path) -> bool:
+    """Whether the open folder is still the one at `path` (else a save swapped another in while it was read)."""
+    try:
+        here, there = os.fstat(folder), os.stat(path)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _checked_config(path: str | Path, files: dict[str, bytes]) -> ChatbotConfig:
+    """The config of a model directory read as `files`, after checking that the files belong together."""
+    path = Path(path)
+    missing = [name for name in REQUIRED_FILES if name not in files]
     if missing:
         raise ArtifactError(f"{path}: not a complete model directory (missing {', '.join(missing)})")
     try:
-        config = ChatbotConfig.read(path / CONFIG_FILE)
+        config = ChatbotConfig.from_json(files[CONFIG_FILE].decode("utf-8"))
     except (ValueError, TypeError, AttributeError, KeyError) as error:  # bad JSON, wrong types, not an object
         detail = " ".join(str(error).split())[:200]
         raise ArtifactError(f"{path}: {CONFIG_FILE} is not a readable model config ({type(error).__name__}: "
                             f"{detail})") from None
     if config.version.split(".")[:2] != __version__.split(".")[:2]:
         raise ArtifactError(f"{path}: made by chatbot {config.version}, this is {__version__}; retrain it")
-    proto = (path / TOKENIZER_FILE).read_bytes()
-    if hashlib.sha256(proto).hexdigest() != config.tokenizer.vocab_hash:
+    if hashlib.sha256(files[TOKENIZER_FILE]).hexdigest() != config.tokenizer.vocab_hash:
         raise ArtifactError(f"{path}: {TOKENIZER_FILE} does not match the vocabulary hash in {CONFIG_FILE}")
     if config.context.retrieved:
-        if not (path / INDEX_FILE).is_file():
+        if INDEX_FILE not in files:
             raise ArtifactError(f"{path}: not a complete model directory (missing {INDEX_FILE})")
-        if hashlib.sha256((path / INDEX_FILE).read_bytes()).hexdigest() != config.context.index_hash:
+        if hashlib.sha256(files[INDEX_FILE]).hexdigest() != config.context.index_hash:
             raise ArtifactError(f"{path}: {INDEX_FILE} does not match the index hash in {CONFIG_FILE}")
     return config
 
@@ -259,11 +345,18 @@ def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, "Tokenizer", "keras
     from chatbot.retrieval import Retriever
     from chatbot.tokenizer import Tokenizer
 
-    config = check_model_dir(path)
+    files = _read_files(path)  # the bytes actually loaded are the ones checked
+    config = _checked_config(path, files)
+    if not zipfile.is_zipfile(io.BytesIO(files[MODEL_FILE])):
+        raise ArtifactError(f"{path}: {MODEL_FILE} is damaged (cut short or not a Keras model file); retrain it or "
+                            f"restore it from a copy")
     try:
-        model = keras.saving.load_model(Path(path) / MODEL_FILE, compile=False, safe_mode=True)
-        tokenizer = Tokenizer.load(Path(path) / TOKENIZER_FILE)
-        retriever = Retriever.load(Path(path) / INDEX_FILE) if config.context.retrieved else None
+        with tempfile.TemporaryDirectory(prefix="chatbot-load-") as private:  # Keras loads from a path
+            model_file = Path(private) / MODEL_FILE
+            model_file.write_bytes(files[MODEL_FILE])
+            model = keras.saving.load_model(model_file, compile=False, safe_mode=True)
+        tokenizer = Tokenizer(files[TOKENIZER_FILE])
+        retriever = Retriever.from_json(files[INDEX_FILE]) if config.context.retrieved else None
     except Exception as error:
         detail = " ".join(str(error).split())[:300]
         raise ArtifactError(f"{path}: cannot load the model ({type(error).__name__}: {detail})") from error

@@ -17,7 +17,8 @@ import typing
 from pathlib import Path
 
 from chatbot import terminal
-from chatbot.artifacts import ArtifactError, check_model_dir, check_writable
+from chatbot.artifacts import (ArtifactError, check_model_dir, check_replaceable, check_writable, is_export,
+                               is_model_dir)
 from chatbot.config import (TONES, ChatbotConfig, ContextConfig, DataConfig, GenerationConfig, ModelConfig,
                             TokenizerConfig, TrainConfig, __version__)
 from chatbot.data import DataError
@@ -183,6 +184,8 @@ def run_train(args) -> None:
     out = worker_out_dir(final, role)  # only the chief writes --out
     if out == final and out.exists() and not args.overwrite and not args.resume:  # a resume may find it saved
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
+    if out == final:
+        check_replaceable(out, is_model_dir, "a model directory")
     check_writable(out)
     from chatbot.datasets import is_tfds, load_sources
 
@@ -243,6 +246,7 @@ def run_export(args) -> None:
     out = Path(args.out)
     if out.exists() and not args.overwrite:
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
+    check_replaceable(out, is_export, "a SavedModel written by `export`")
     check_writable(out)
     check_model_dir(args.model)
     _load_tensorflow()

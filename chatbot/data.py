@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chatbot.config import MAX_QUESTION_CHARS
 from chatbot.text import normalize
 
 ENCODINGS = ("utf-8-sig", "cp949")  # utf-8-sig also reads plain UTF-8; cp949 is a superset of euc-kr
@@ -57,6 +58,7 @@ class DataReport:
     used: int = 0
     dropped_empty: list[int] = field(default_factory=list)  # CSV line numbers
     dropped_duplicates: list[int] = field(default_factory=list)
+    dropped_too_long: list[int] = field(default_factory=list)  # questions the model refuses to answer
     labels_cleared: list[int] = field(default_factory=list)  # rows whose label was not 0/1/2
     label_counts: dict = field(default_factory=dict)
 
@@ -72,6 +74,8 @@ class DataReport:
             f"  pairs used           {self.used}",
             f"  dropped, empty Q/A   {len(self.dropped_empty)}{rows(self.dropped_empty)}",
             f"  dropped, duplicate   {len(self.dropped_duplicates)}{rows(self.dropped_duplicates)}",
+            f"  dropped, Q too long  {len(self.dropped_too_long)}{rows(self.dropped_too_long)} "
+            f"(over {MAX_QUESTION_CHARS:,} characters, more than a question may have)",
             f"  labels not 0/1/2     {len(self.labels_cleared)}{rows(self.labels_cleared)} (kept without label)",
             f"  labels               {labels or 'none'}",
         ]
@@ -195,6 +199,9 @@ def clean_rows(source: str | Path, rows, encoding: str, *,
         if not question or not answer:
             report.dropped_empty.append(line)
             continue
+        if len(question) > MAX_QUESTION_CHARS:  # `Chatbot.reply` refuses it: validation and eval would fail
+            report.dropped_too_long.append(line)
+            continue
         if (question, answer) in seen and not keep_duplicates:
             report.dropped_duplicates.append(line)
             continue
@@ -207,7 +214,8 @@ def clean_rows(source: str | Path, rows, encoding: str, *,
     report.used = len(pairs)
     report.label_counts = dict(Counter("none" if p.label is None else p.label for p in pairs))
     if not pairs:
-        raise DataError(source, f"no usable rows: all {report.rows_read} rows have an empty question or answer")
+        raise DataError(source, f"no usable rows: all {report.rows_read} rows have an empty question or answer, "
+                                f"or a question over {MAX_QUESTION_CHARS:,} characters")
     return pairs, report
 
 

@@ -10,13 +10,14 @@ TensorFlow Serving). Must not depend on Python-side tokenization.
 
 from __future__ import annotations
 
-import os
+import json
 import shutil
-import tempfile
 from pathlib import Path
 
 import tensorflow as tf
 
+from chatbot.artifacts import EXPORT_MARKER, recover_model_dir, replace_dir, temp_path_beside
+from chatbot.config import __version__
 from chatbot.decoding import CachedDecoder
 from chatbot.generate import Chatbot
 
@@ -48,18 +49,22 @@ class ReplyModule(tf.Module):
 
 
 def export_saved_model(model_dir: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
-    """Write the SavedModel to a temporary sibling, then rename it into place."""
+    """Write the SavedModel to a temporary sibling, then swap it into place (`artifacts.replace_dir`): an
+    existing export is replaced only once the new one is complete. The CLI checks first that `out_dir` may be
+    replaced at all (`artifacts.check_replaceable`)."""
     out_dir = Path(out_dir)
     module = ReplyModule(Chatbot.load(model_dir))
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    temp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
+    recover_model_dir(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise FileExistsError(f"{out_dir} already exists")
+    temp = temp_path_beside(out_dir)
     try:
         tf.saved_model.save(module, str(temp), signatures={"serving_default": module.serve,
                                                            "serve_with_tone": module.serve_with_tone})
-        if out_dir.exists() and overwrite:
-            shutil.rmtree(out_dir)
-        os.replace(temp, out_dir)
+        (temp / EXPORT_MARKER).write_text(json.dumps({"written_by": "chatbot export", "version": __version__,
+                                                      "model": str(model_dir)}, ensure_ascii=False), encoding="utf-8")
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
-    return out_dir
+    return replace_dir(temp, out_dir)

@@ -24,7 +24,8 @@ from chatbot.artifacts import (HISTORY_FILE, INDEX_FILE, METRICS_FILE, ArtifactE
                                save_model_dir)
 from chatbot.config import ChatbotConfig, TokenizerConfig
 from chatbot.context import context_for, training_batches
-from chatbot.data import QAPair, split_by_question
+from chatbot.pipeline import fits
+from chatbot.data import DataError, QAPair, split_by_question
 from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy
 from chatbot.model import Transformer
 from chatbot.optim import transformer_optimizer
@@ -101,6 +102,7 @@ def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, re
     tf.distribute strategy made earlier (multi-worker: `chatbot.cluster.multi_worker_strategy()` at the
     start of the process); None: one made from `config.train.strategy`."""
     out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)  # as `save_model_dir` would, before the run's state goes beside it
     if clear_leftovers(out_dir) and resume:
         log(f"nothing to resume: {out_dir} had been saved (its run was killed while cleaning up)")
         return out_dir
@@ -116,6 +118,9 @@ def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, re
         # and a character the tokenizer never saw would vanish from a copied answer.
         tokenizer = Tokenizer.train([p.question for p in pairs] + [p.answer for p in pairs],
                                     config.tokenizer.vocab_size)
+        if not fits(tokenizer.tokenize([p.answer for p in train_pairs]), config.model.max_length).any():
+            raise DataError("training data", f"no training answer fits in max_length {config.model.max_length} "
+                            f"tokens (with its start and end tokens); raise --max-length")
         start_state(state, config, tokenizer)
     try:
         return _fit_and_save(tokenizer, train_pairs, val_pairs, config, out_dir, overwrite=overwrite,
@@ -147,7 +152,7 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
     t = config.train
     log(f"split: {len(train_pairs)} train / {len(val_pairs)} validation pairs (by question, seed "
         f"{config.data.seed}); vocabulary {tokenizer.vocab_size} pieces; "
-        f"{too_long} training answers longer than {config.model.max_length} tokens skipped")
+        f"{too_long // t.repeats} training pairs skipped: their answer is longer than {config.model.max_length} tokens")
     log(f"schedule: {t.epochs} epochs of batch {t.batch_size}, each pair {t.repeats}x an epoch, warmup "
         f"{t.warmup_steps} steps" + (f", peak learning rate {t.peak_learning_rate:.2g}" if t.peak_learning_rate else ""))
     if config.context.retrieved or config.context.tone:

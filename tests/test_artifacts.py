@@ -43,9 +43,47 @@ def test_a_corrupt_model_file_is_one_line_artifact_error(tiny_model_dir, tmp_pat
     corrupt = copy_of(tiny_model_dir, tmp_path)
     (corrupt / MODEL_FILE).write_bytes(b"not a zip")
     check_model_dir(corrupt)  # the files are all there...
-    with pytest.raises(ArtifactError, match="cannot load the model") as error:
+    with pytest.raises(ArtifactError, match="model.keras is damaged") as error:
         load_model_dir(corrupt)  # ...but the model does not load
     assert "\n" not in str(error.value)
+
+
+def test_a_truncated_model_file_is_called_damaged_not_missing(tiny_model_dir, tmp_path):
+    cut = copy_of(tiny_model_dir, tmp_path)
+    data = (cut / MODEL_FILE).read_bytes()
+    (cut / MODEL_FILE).write_bytes(data[:len(data) // 2])
+    with pytest.raises(ArtifactError, match="model.keras is damaged"):
+        load_model_dir(cut)
+
+
+def test_a_directory_swapped_while_loading_is_never_mixed(tiny_model_dir, tmp_path, monkeypatch):
+    """A save that swaps another run's directory in while a load reads it (`train --overwrite` finishing as the
+    app loads that model): the load gets one directory's files, all of them, never one's weights with the other's
+    tokenizer or index."""
+    import chatbot.artifacts as artifacts
+
+    model_dir = copy_of(tiny_model_dir, tmp_path)
+    other = tmp_path / "other"
+    shutil.copytree(model_dir, other)
+    config = json.loads((other / CONFIG_FILE).read_text(encoding="utf-8"))
+    config["model"]["max_length"] += 1  # marks which directory the config came from
+    (other / CONFIG_FILE).write_text(json.dumps(config), encoding="utf-8")
+    (other / MODEL_FILE).write_bytes(b"the other run's weights")  # marks which directory the model came from
+    real_open, swapped = artifacts.os.open, []
+
+    def swap_after_the_config_is_read(file, flags, *args, **kwargs):
+        handle = real_open(file, flags, *args, **kwargs)
+        if file == CONFIG_FILE and not swapped:  # the save's two renames, right after the config was read
+            swapped.append(True)
+            artifacts.os.replace(model_dir, tmp_path / "old")
+            artifacts.os.replace(other, model_dir)
+        return handle
+
+    monkeypatch.setattr(artifacts.os, "open", swap_after_the_config_is_read)
+    files = artifacts._read_files(model_dir)
+    assert swapped
+    assert files[MODEL_FILE] == (model_dir / MODEL_FILE).read_bytes()  # read again: all from the new directory
+    assert json.loads(files[CONFIG_FILE])["model"]["max_length"] == config["model"]["max_length"]
 
 
 def test_saving_replaces_only_when_asked_and_leaves_no_temporary(tiny_model_dir, tmp_path):

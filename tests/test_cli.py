@@ -369,3 +369,68 @@ def test_a_one_megabyte_piped_line_ends_with_one_clear_error_line():
     piped = run_cli("chat", "--model", ROOT / "models" / "default", stdin=b"a" * 1_000_000 + b"\n")
     assert piped.stdout.decode().splitlines() == [""]
     assert_user_error(piped.returncode, piped.stderr.decode(), "line 1", "too long", "1,000,000 characters")
+
+
+# -- --overwrite replaces only what the command itself wrote --
+
+@pytest.mark.parametrize("command", ["train", "export"])
+def test_overwrite_never_replaces_the_current_folder_or_its_parents(tiny_model_dir, tmp_path, capsys, monkeypatch,
+                                                                    command):
+    work = tmp_path / "work" / "here"
+    work.mkdir(parents=True)
+    (work / "notes.txt").write_text("mine")
+    monkeypatch.chdir(work)
+    args = train_args(tmp_path) if command == "train" else ["export", "--model", tiny_model_dir]
+    for out in (".", "..", str(work), "./"):
+        args_out = [*args[:args.index("--out") + 1], out, *args[args.index("--out") + 2:]] if "--out" in args \
+            else [*args, "--out", out]
+        assert_user_error(*main(capsys, *args_out, "--overwrite")[::2], "current folder")
+    assert (work / "notes.txt").read_text() == "mine"
+
+
+def test_overwrite_refuses_a_folder_the_command_did_not_write(tiny_model_dir, tmp_path, capsys):
+    mine = tmp_path / "mydocs"
+    mine.mkdir()
+    (mine / "letter.txt").write_text("keep me")
+    assert_user_error(*main(capsys, "export", "--model", tiny_model_dir, "--out", mine, "--overwrite")[::2],
+                      "not a SavedModel")
+    assert_user_error(*main(capsys, *train_args(tmp_path, "--overwrite", out=mine))[::2], "not a model directory")
+    assert (mine / "letter.txt").read_text() == "keep me"
+
+
+def test_export_refuses_a_link_or_a_file_at_once(tiny_model_dir, tmp_path, capsys):
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    assert_user_error(*main(capsys, "export", "--model", tiny_model_dir, "--out", dangling, "--overwrite")[::2],
+                      "is a link")
+    assert_user_error(*main(capsys, "export", "--model", tiny_model_dir, "--out", a_file, "--overwrite")[::2],
+                      "is a file")
+    assert a_file.read_text() == "x"
+
+
+@pytest.mark.slow  # exports twice
+def test_export_overwrites_its_own_savedmodel_and_leaves_nothing_beside_it(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "saved"
+    assert main(capsys, "export", "--model", tiny_model_dir, "--out", out)[0] == 0
+    first = (out / "saved_model.pb").stat().st_mtime_ns
+    assert main(capsys, "export", "--model", tiny_model_dir, "--out", out, "--overwrite")[0] == 0
+    assert (out / "saved_model.pb").stat().st_mtime_ns != first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["saved"]  # no temporaries, no old copy
+
+
+def test_a_max_length_no_answer_fits_is_one_error_line_before_training(tmp_path, capsys):
+    rows = [(q, "그 마음 충분히 이해해요. 오늘은 천천히 쉬면서 좋아하는 음악을 들어 봐요.", label)
+            for q, _, label in TINY_PAIRS]
+    csv = write_csv(tmp_path / "long_answers.csv", rows)
+    status, _, err = main(capsys, "train", "--data", csv, "--out", tmp_path / "m", "--max-length", "4")
+    assert_user_error(status, err, "no training answer fits", "max_length 4")
+    assert not (tmp_path / "m").exists() and not (tmp_path / "m.training").exists()
+
+
+def test_train_makes_the_folders_above_its_out(tmp_path, capsys):
+    out = tmp_path / "not" / "yet" / "mine"
+    status, _, err = main(capsys, *train_args(tmp_path, out=out))
+    assert status == 0, err
+    assert (out / "model.keras").is_file()

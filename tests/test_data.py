@@ -155,3 +155,17 @@ def test_a_quoted_answer_over_two_lines_still_reads(tmp_path):
     path.write_text('Q,A\n안녕,"반가워요\n또 만나요"\n잘 자,좋은 꿈\n', encoding="utf-8")
     pairs, report = load_pairs(path)
     assert [p.answer for p in pairs] == ["반가워요 또 만나요", "좋은 꿈"] and report.rows_read == 2
+
+
+def test_questions_longer_than_the_model_answers_are_dropped_and_named_in_the_report(tmp_path):
+    """`Chatbot.reply` refuses a question over MAX_QUESTION_CHARS, so training on one would fail when the
+    epoch's replies are scored (and again on every resume): the loader drops it before any training."""
+    from chatbot.config import MAX_QUESTION_CHARS
+
+    rows = [*TINY_PAIRS[:3], ("가" * (MAX_QUESTION_CHARS + 1), "너무 길어요.", 0), TINY_PAIRS[3]]
+    pairs, report = load_pairs(write_csv(tmp_path / "long.csv", rows))
+    assert [p.question for p in pairs] == [q for q, _, _ in TINY_PAIRS[:4]]
+    assert report.dropped_too_long == [5]  # the CSV line, header being line 1
+    assert "dropped, Q too long  1 (rows 5)" in str(report)
+    edge = write_csv(tmp_path / "edge.csv", [("가" * MAX_QUESTION_CHARS, "딱 맞아요.", 0)])
+    assert len(load_pairs(edge)[0]) == 1
