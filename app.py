@@ -72,7 +72,9 @@ def as_text(text: str) -> str:
 class ChatApp:
     """What the UI does, independent of the layout: every event handler of the demo."""
 
-    def __init__(self, bot, models_root: str | Path, prepare_models: bool = False):
+    def __init__(self, bot, models_root: str | Path, prepare_models: bool = False, upload_folders=None):
+        # the only files the retrain tab reads: what visitors uploaded (Gradio's upload folder)
+        self.upload_folders = upload_folders or (gr.utils.get_upload_folder(),)
         self.shelf = ModelShelf(models_root, bot, prepare_models)
         self.trainer = BackgroundTrainer(self.shelf.root)
         self.batcher = ReplyBatcher()
@@ -156,11 +158,11 @@ class ChatApp:
         return figure, caption
 
     def check_csv(self, path: str | None) -> str:
-        return read_training_csv(path, MAX_UPLOAD_BYTES)[1] if path else ""  # no file: no report
+        return read_training_csv(path, MAX_UPLOAD_BYTES, self.upload_folders)[1] if path else ""  # no file: no report
 
     def train(self, path: str | None, epochs: int = 0, size: str = "base", progress=gr.Progress()):
         """Check the CSV, train in the background, report progress until done. Yields (log, model picker)."""
-        pairs, message = read_training_csv(path, MAX_UPLOAD_BYTES)
+        pairs, message = read_training_csv(path, MAX_UPLOAD_BYTES, self.upload_folders)
         if pairs is None:
             yield message, gr.skip()
             return

@@ -144,12 +144,16 @@ TRAINING_SIZES = {  # name: (model, tokenizer vocabulary target)
 }
 
 
-def read_training_csv(path: str | None, max_bytes: int):
+def read_training_csv(path: str | None, max_bytes: int, folders: typing.Sequence[str | Path]):
     """(pairs, data report) for an uploaded Q&A CSV, or (None, 'error: ...') naming the file (not the
-    server's temporary path) and, where the loader knows it, the row."""
+    server's temporary path) and, where the loader knows it, the row. Only a file inside one of `folders`
+    (the web server's upload folder) is read: a request can name any path on the server, and the report
+    and a model trained on it would show that file's contents to the web."""
     if not path:
         return None, "error: CSV 파일을 먼저 올려 주세요."
     file, name = Path(path), Path(path).name
+    if not inside(file, folders):
+        return None, f"error: {name}: 이 앱에 올린 파일만 읽을 수 있어요. CSV 파일을 올려 주세요."
     size = file.stat().st_size
     if size > max_bytes:
         return None, (f"error: {name}: 파일이 너무 커요 ({size / 2**20:.1f} MB). "
@@ -161,6 +165,15 @@ def read_training_csv(path: str | None, max_bytes: int):
         return None, f"error: {where}: {error.reason}"
     report.path = name
     return pairs, str(report)
+
+
+def inside(file: Path, folders: typing.Sequence[str | Path]) -> bool:
+    """Whether `file`, links resolved, is a file inside one of `folders`."""
+    try:
+        resolved = file.resolve(strict=True)
+    except (OSError, RuntimeError):  # missing, or a link loop
+        return False
+    return resolved.is_file() and any(resolved.is_relative_to(Path(folder).resolve()) for folder in folders)
 
 
 def training_config(epochs: int | None = None, size: str = "base") -> ChatbotConfig:

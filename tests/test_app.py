@@ -233,7 +233,29 @@ def test_uploads_over_the_size_limit_are_refused(client, bot, tmp_path):
     assert big.stat().st_size > app.MAX_UPLOAD_BYTES
     with pytest.raises(Exception):
         client.predict(handle_file(big), api_name="/check_data")  # the server refuses the upload
-    assert app.ChatApp(bot, tmp_path).check_csv(str(big)).startswith("error: big.csv: 파일이 너무 커요")  # the handler too
+    handler = app.ChatApp(bot, tmp_path, upload_folders=(tmp_path,))
+    assert handler.check_csv(str(big)).startswith("error: big.csv: 파일이 너무 커요")  # the handler too
+
+
+def test_the_retrain_tab_reads_only_files_uploaded_to_it(bot, models_root, url, tmp_path):
+    """A request may name any server path as its file. The tab's handlers read only what was uploaded to Gradio
+    (whatever Gradio's own checks let through, here or in another version), so no data report or model of a
+    private server CSV ever reaches the web."""
+    import httpx
+
+    private = tmp_path / "private_faq.csv"
+    private.write_text("Q,A\n비밀번호 뭐야?,1234예요.\n금고 어디 있어?,지하 창고에 있어요.\n", encoding="utf-8")
+    before = model_dirs(models_root)
+    ui = app.ChatApp(bot, models_root)
+    assert "이 앱에 올린 파일만" in ui.check_csv(str(private))
+    log, _ = list(ui.train(str(private), 1, "tiny"))[-1]
+    assert "이 앱에 올린 파일만" in log and "1234" not in log
+    file = {"path": str(private), "meta": {"_type": "gradio.FileData"}, "orig_name": "private_faq.csv"}
+    for endpoint, body in (("check_data", [file]), ("train", [file, 1, "tiny"])):
+        posted = httpx.post(f"{url}gradio_api/call/{endpoint}", json={"data": body}, timeout=60)
+        events = httpx.get(f"{url}gradio_api/call/{endpoint}/{posted.json()['event_id']}", timeout=120).text
+        assert "pairs used" not in events and "1234" not in events
+    assert model_dirs(models_root) == before
 
 
 @pytest.mark.slow  # trains a model

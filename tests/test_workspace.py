@@ -44,17 +44,17 @@ def test_the_attention_tab_offers_every_layer_and_head_numbered_from_one(tiny_bo
 
 
 def test_uploaded_csvs_get_the_loaders_report_or_one_error(tmp_path, tiny_csv):
-    pairs, report = read_training_csv(str(tiny_csv), 2**20)
+    pairs, report = read_training_csv(str(tiny_csv), 2**20, [tiny_csv.parent])
     assert len(pairs) == 30 and report.startswith("data: tiny.csv (utf-8)")
     big = tmp_path / "big.csv"
     big.write_text("Q,A\n" + "안녕하세요,반가워요\n" * 1000, encoding="utf-8")
-    pairs, message = read_training_csv(str(big), 1000)
+    pairs, message = read_training_csv(str(big), 1000, [tmp_path])
     assert pairs is None and message.startswith("error: big.csv: 파일이 너무 커요")
     bad = tmp_path / "bad.csv"
     bad.write_bytes("질문,라벨\n안녕하세요,0\n".encode("cp949"))
-    pairs, message = read_training_csv(str(bad), 2**20)
+    pairs, message = read_training_csv(str(bad), 2**20, [tmp_path])
     assert pairs is None and message.startswith("error: bad.csv:1: ")
-    assert read_training_csv(None, 2**20) == (None, "error: CSV 파일을 먼저 올려 주세요.")
+    assert read_training_csv(None, 2**20, []) == (None, "error: CSV 파일을 먼저 올려 주세요.")
 
 
 def test_training_sizes_give_valid_configs():
@@ -119,3 +119,14 @@ def test_a_prepared_model_answers_and_streams_without_tracing_again(tiny_model_d
     bot.reply_batch(["배고파", "오늘 회사에서 상사한테 혼나서 기분이 너무 안 좋아"] * 3)
     list(bot.stream("배고파"))
     assert traces(bot) == traced
+
+
+def test_a_csv_outside_the_upload_folders_or_linked_out_of_them_is_not_read(tmp_path, tiny_csv):
+    uploads = tmp_path / "uploads"
+    uploads.mkdir()
+    (uploads / "link.csv").symlink_to(tiny_csv)  # inside by name, outside once resolved
+    for path in (tiny_csv, uploads / "link.csv", uploads / ".." / tiny_csv.name, uploads / "missing.csv"):
+        pairs, message = read_training_csv(str(path), 2**20, [uploads])
+        assert pairs is None and "이 앱에 올린 파일만" in message
+    shutil.copy(tiny_csv, uploads / "tiny.csv")
+    assert read_training_csv(str(uploads / "tiny.csv"), 2**20, [uploads])[0]
