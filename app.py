@@ -11,6 +11,7 @@ import faulthandler
 import html
 import os
 import sys
+import unicodedata
 from pathlib import Path
 
 import gradio as gr
@@ -31,6 +32,7 @@ CHAT_CLIP_CHARS = 200  # the chat cuts longer questions (the model refuses over 
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 CHAT_CONCURRENCY = 4  # streamed replies computed at once; the rest wait in the queue, in order
 QUEUE_SIZE = 64
+PROVENANCE_CHARS = 60  # a training question shown in the chat is cut to this many characters
 POLL_SECONDS = 0.5  # how often the retrain tab refreshes its progress
 
 EXAMPLES = ["안녕하세요", "오늘 너무 피곤해", "헤어지고 밥이 안 넘어가", "표창 받았어", "주말에 뭐 하지?"]
@@ -67,6 +69,14 @@ def refused(reason, what: str = "요청을 처리할 수 없어요") -> gr.Error
 def as_text(text: str) -> str:
     """Chat messages are shown as text: escape HTML so a reply or question can never inject markup."""
     return html.escape(text, quote=False)
+
+
+def shown_briefly(text: str, limit: int = PROVENANCE_CHARS) -> str:
+    """A training question as the provenance line shows it: no invisible characters (direction overrides,
+    zero-width marks, controls), at most `limit` characters."""
+    visible = "".join(char for char in text if unicodedata.category(char) not in ("Cc", "Cf", "Co", "Cs"))
+    visible = " ".join(visible.split())
+    return visible if len(visible) <= limit else visible[:limit - 1] + "…"
 
 
 class ChatApp:
@@ -123,7 +133,8 @@ class ChatApp:
             yield history, "", gr.skip()
         source = bot.provenance(question, reply)  # a learner sees what the model copied and what it wrote
         if source["copied"]:
-            history[-1]["content"] += as_text(f"\n(학습 데이터의 답과 같음 · 비슷한 질문: {source['source_question']})")
+            history[-1]["content"] += as_text(f"\n(학습 데이터의 답과 같음 · 비슷한 질문: "
+                                              f"{shown_briefly(source['source_question'])})")
         yield history, "", (question, reply)
 
     def models(self) -> list[str]:
@@ -192,6 +203,7 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT, prepare_models: bool 
             with gr.Row():
                 with gr.Column(scale=3):
                     chatbot = gr.Chatbot(label="대화", height=420, render_markdown=False, sanitize_html=True,
+                                         latex_delimiters=[],  # "$$\\Huge ..." in training text stays text
                                          feedback_options=None, buttons=["copy"], elem_id="chat")
                     with gr.Row():
                         message = gr.Textbox(show_label=False, scale=5, elem_id="question",

@@ -320,6 +320,20 @@ def test_chat_streams_a_growing_reply_and_shows_text_not_html(bot, models_root):
 
 # -- the command line --------------------------------------------------------------------------
 
+def test_the_provenance_line_shows_a_short_question_without_invisible_characters():
+    tricky = "안녕\u202e하세요\u200b\u2066 " + "가" * 995
+    shown = app.shown_briefly(tricky)
+    assert shown.startswith("안녕하세요 가") and shown.endswith("…") and len(shown) == app.PROVENANCE_CHARS
+    assert not {"\u202e", "\u200b", "\u2066"} & set(shown)
+    assert app.shown_briefly("배고파") == "배고파"
+
+
+def test_the_chat_typesets_no_latex(bot, models_root):
+    demo = app.build_demo(bot, models_root)
+    chat = next(block for block in demo.blocks.values() if isinstance(block, app.gr.Chatbot))
+    assert chat.latex_delimiters == [] and chat.render_markdown is False
+
+
 def test_long_question_is_cut_and_still_answered(bot, models_root):
     ui = app.ChatApp(bot, models_root)
     long = "배고파" + "요" * 500

@@ -100,6 +100,12 @@ def test_question_gets_a_streamed_reply_shown_as_text(page, url, tmp_path):
     expect(page.locator('#chat [data-testid="user"]').last).to_have_text("<b>굵게</b> <img src=x>")
     assert page.locator("#chat b, #chat img[src=x]").count() == 0  # markup shown as text, never rendered
 
+    latex = r"$$\color{red}{\Huge 크게}$$ $\rule{40em}{40em}$"
+    ask(page, latex)
+    expect(bots).to_have_count(3)
+    expect(page.locator('#chat [data-testid="user"]').last).to_have_text(latex)
+    assert page.locator("#chat .katex, #chat .katex-display").count() == 0  # LaTeX shown as text, never typeset
+
     for path in screenshot_paths(tmp_path, "chat.png"):
         path.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(path), full_page=True)
