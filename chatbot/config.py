@@ -248,19 +248,39 @@ class GenerationConfig:
 
     @classmethod
     def from_values(cls, values: dict) -> "GenerationConfig":
-        """From loosely typed values, as UI widgets send them (4.0 for 4; a seed of "" or -1 for none);
-        a missing option takes its default. Raises ValueError for values that do not fit."""
+        """From loosely typed values, as UI widgets and JSON clients send them (4.0 or "4" for 4; a seed of "",
+        None or -1 for none); a missing option takes its default. Raises ValueError for values that do not
+        fit: true for a number, 4.5 for an integer, "abc" for a seed."""
         options = {}
         for option in dataclasses.fields(cls):
             value = values.get(option.name, option.default)
-            try:
-                if option.name == "seed":
-                    options["seed"] = None if value is None or value == "" or int(value) < 0 else int(value)
-                else:
-                    options[option.name] = type(option.default)(value)
-            except (TypeError, ValueError, OverflowError):  # int("many"), int([1]), int(float("inf"))
-                raise ValueError(f"{option.name} must be {type(option.default).__name__}, got {value!r}") from None
+            if option.name == "seed":
+                seed = None if value is None or value == "" else _loose(option.name, value, int)
+                options["seed"] = None if seed is None or seed < 0 else seed
+            else:
+                options[option.name] = _loose(option.name, value, type(option.default))
         return cls(**options)
+
+
+def _loose(name: str, value, kind: type):
+    """`value` as `kind` (str, int or float) when it says exactly that: 4.0 and "4" are the integer 4, but
+    4.5, true, "abc" and [1] are refused with a ValueError naming the option."""
+    wanted = {str: "a string", int: "an integer", float: "a number"}[kind]
+    if kind is str and isinstance(value, str):
+        return value
+    try:
+        if isinstance(value, bool) or kind is str or not isinstance(value, (numbers.Real, str)):
+            raise ValueError
+        if kind is int and isinstance(value, numbers.Integral):
+            return int(value)  # exact, however large: the bounds check names it
+        number = float(value)  # "4", 4, 4.0, 10**400 (OverflowError), "abc" (ValueError)
+        if kind is float:
+            return number
+        if not number.is_integer():  # 4.5, inf, nan
+            raise ValueError
+        return int(number)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{name} must be {wanted}, got {_short(value)}") from None
 
 
 @dataclass(frozen=True)

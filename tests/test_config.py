@@ -1,6 +1,7 @@
 """Settings: validation, the JSON round trip of config.json, and GenerationConfig as the one list of
 decoding options (CLI flags, app controls and the /chat API are made from it)."""
 
+import re
 import dataclasses
 import inspect
 import json
@@ -147,3 +148,19 @@ def test_a_config_written_before_the_copy_head_reads_as_a_model_without_it():
     assert ChatbotConfig().model.copy_head  # new models have it
     assert not ChatbotConfig.from_json('{"model": {"num_layers": 4}}').model.copy_head
     assert ChatbotConfig.from_json(ChatbotConfig().to_json()).model.copy_head
+
+
+@pytest.mark.parametrize("values, words", [
+    ({"seed": "abc"}, "seed must be an integer, got 'abc'"), ({"num_beams": 4.5}, "num_beams must be an integer"),
+    ({"num_beams": True}, "num_beams must be an integer, got True"), ({"temperature": True}, "temperature must be a number"),
+    ({"top_k": [1]}, "top_k must be an integer"), ({"seed": 2.5}, "seed must be an integer"),
+    ({"strategy": 3}, "strategy must be a string")])
+def test_loose_values_that_say_something_else_are_refused_not_bent(values, words):
+    """A JSON client's true, 4.5 or "abc" is a mistake to name, not a 1, a 4 or a "NoneType" complaint."""
+    with pytest.raises(ValueError, match=re.escape(words)):
+        GenerationConfig.from_values(values)
+
+
+def test_loose_values_that_say_a_number_exactly_are_taken():
+    config = GenerationConfig.from_values({"num_beams": 4.0, "top_k": "7", "temperature": "0.5", "seed": "-1"})
+    assert (config.num_beams, config.top_k, config.temperature, config.seed) == (4, 7, 0.5, None)
