@@ -1,10 +1,10 @@
 """Settings: validation, the JSON round trip of config.json, and GenerationConfig as the one list of
 decoding options (CLI flags, app controls and the /chat API are made from it)."""
 
-import re
 import dataclasses
 import inspect
 import json
+import re
 
 import pytest
 
