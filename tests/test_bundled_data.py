@@ -54,7 +54,9 @@ def test_answers_are_varied_yet_shared_by_paraphrases(loaded):
     pairs, _ = loaded
     per_answer = Counter(p.answer for p in pairs)
     assert len(per_answer) >= 0.4 * len(pairs)
-    assert sum(count >= 2 for count in per_answer.values()) >= 0.8 * len(per_answer)
+    # Most answers serve two or more phrasings; the rest fit one question only (a question that asks a little
+    # more than its situation's others gets its own answer rather than one that misses it).
+    assert sum(count >= 2 for count in per_answer.values()) >= 0.75 * len(per_answer)
 
 
 def test_every_label_is_valid_and_at_least_a_fifth(loaded):
@@ -140,3 +142,60 @@ def test_at_most_half_a_percent_of_pairs_near_a_public_chatbotdata_row(loaded):
     pairs, _ = loaded
     copies = [(p.question, p.answer) for p in pairs if near(p.question, p.answer)]
     assert len(copies) <= 0.005 * len(pairs), copies[:20]
+
+
+def _near_identical(question: str) -> str:
+    """A question without what does not change what it asks: spaces, punctuation, ㅋ/ㅎ/ㅠ/ㅜ runs and a
+    polite ending (요, and its typed forms 용/여)."""
+    question = re.sub(r"[ㅋㅎㅠㅜ]+", "", question)
+    question = re.sub(r"[^\w]", "", question)
+    return re.sub(r"(요|용|여)$", "", question)
+
+
+def test_near_identical_questions_never_carry_different_labels(rows):
+    """One labelling scheme across every file (data/README.md): "살 빠졌어" and "살 빠졌어!" are one message."""
+    labels = defaultdict(set)
+    for name, file_rows in rows.items():
+        for row in file_rows:
+            labels[_near_identical(row["Q"])].add((row["label"], f"{name}: {row['Q']}"))
+    split = {key: sorted(found) for key, found in labels.items() if len({label for label, _ in found}) > 1}
+    assert not split, list(split.values())[:10]
+
+
+def test_a_situation_has_one_label(rows):
+    """Its questions are paraphrases of one message, so they share the feeling a label names."""
+    labels = defaultdict(set)
+    for path in SITUATION_FILES:
+        for row in rows[path.name]:
+            labels[(path.name, row["situation"])].add(row["label"])
+    assert not [key for key, found in labels.items() if len(found) > 1]
+
+
+def test_no_question_is_just_its_situations_title_and_no_answer_says_dangsin(rows):
+    """Nobody types "새 분야 적성 발견"; "당신" reads like a translation in a friendly reply."""
+    for path in SITUATION_FILES:
+        assert not [row["Q"] for row in rows[path.name] if row["Q"].strip() == row["situation"].strip()]
+    assert not [row["A"] for file_rows in rows.values() for row in file_rows if "당신" in row["A"]]
+
+
+def test_the_data_cards_numbers_are_the_files_own(rows):
+    """data/README.md's counts are read off the files: an edit that changes them fails here until the card says so."""
+    card = (DATA / "README.md").read_text(encoding="utf-8")
+
+    def said(number: int) -> str:
+        return f"{number:,}"
+
+    korean = rows["korean_chat.csv"]
+    assert f"Number of pairs: **{said(len(korean))}**" in card
+    assert f"Distinct answers: **{said(len({r['A'] for r in korean}))}**" in card
+    for label, count in Counter(r["label"] for r in korean).items():
+        assert re.search(rf"^\| {label} \|.*\| {said(count)} \(", card, re.M), label
+    situation_rows = [row for path in SITUATION_FILES for row in rows[path.name]]
+    for path in SITUATION_FILES:
+        file_rows = rows[path.name]
+        situations = len({row["situation"] for row in file_rows})
+        assert re.search(rf"^\| `{path.name}` \|.*\| {said(situations)} \| {said(len(file_rows))} \|$", card, re.M), path.name
+    every = [row for file_rows in rows.values() for row in file_rows]
+    assert f"All bundled data together ({said(len(every))} pairs)" in card
+    assert (f"Distinct answers: {said(len({r['A'] for r in situation_rows}))} of {said(len(situation_rows))} "
+            f"(all bundled data: {said(len({r['A'] for r in every}))} of {said(len(every))})") in card
