@@ -5,7 +5,9 @@ tokenisation, retrieval of the nearest training answers, cached greedy decoding,
 against the retrieved answers (`candidates`, as `Chatbot.reply` by default) and detokenisation inside
 the graph (and `serve_with_tone` the same with a tone per question), so the SavedModel
 answers in a process that imports only `tensorflow` and `tensorflow_text` (and serves under
-TensorFlow Serving). Must not depend on Python-side tokenization.
+TensorFlow Serving). A reply that ran to its limit in a loop is cut as `Chatbot.reply` cuts it, and a
+message that may signal a crisis gets `chatbot.safety`'s reply, both in the graph. Must not depend on
+Python-side tokenization.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from chatbot.artifacts import EXPORT_MARKER, recover_model_dir, replace_dir, tem
 from chatbot.config import __version__
 from chatbot.decoding import CachedDecoder
 from chatbot.generate import Chatbot
+from chatbot.safety import ABUSE_PATTERN, ABUSE_REPLY, NOT_COMPACT, SELF_HARM_PATTERN, SELF_HARM_REPLY
+from chatbot.tokenizer import END_ID, PAD_ID, normalize_tf
 
 
 class ReplyModule(tf.Module):
@@ -44,8 +48,36 @@ class ReplyModule(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions"),
                                   tf.TensorSpec([None], tf.int32, name="tones")], autograph=False)
     def serve_with_tone(self, questions, tones):
-        _, replies = self._decoder.replies(questions, tones, self._options, self._plan)
-        return {"replies": replies}
+        ids, _ = self._decoder.replies(questions, tones, self._options, self._plan)
+        ids = tf.where(tf.range(tf.shape(ids)[1])[None] < runaway_cut_graph(ids)[:, None], ids, PAD_ID)
+        return {"replies": crisis_replies_graph(questions, self._decoder.tokenizer.detokenize(ids))}
+
+
+def runaway_cut_graph(ids: tf.Tensor, copies: int = 3) -> tf.Tensor:
+    """`replies.runaway_cut` for a batch of reply ids (batch, max_length) in the graph: each row's length once
+    a reply that ran to the limit in a loop is cut after its first copy (the row's full length otherwise)."""
+    length = ids.shape[1]
+    ran_out = tf.reduce_all((ids != END_ID) & (ids != PAD_ID), axis=1)
+    cut = tf.fill(tf.shape(ids)[:1], length)
+    found = tf.zeros_like(ran_out)
+    for period in range(1, 9):  # the shortest looping block wins, as in `runaway_cut`
+        tail, repeats, going = ids[:, length - period:], tf.ones_like(cut), tf.ones_like(ran_out)
+        for back in range(1, length // period):
+            block = ids[:, length - (back + 1) * period:length - back * period]
+            going &= tf.reduce_all(block == tail, axis=1)
+            repeats += tf.cast(going, cut.dtype)
+        loops = ran_out & ~found & (repeats >= copies)
+        cut = tf.where(loops, length - (repeats - 1) * period, cut)
+        found |= loops
+    return cut
+
+
+def crisis_replies_graph(questions: tf.Tensor, replies: tf.Tensor) -> tf.Tensor:
+    """`Chatbot.with_crisis_replies` in the graph: the same patterns (`chatbot.safety`) on the same compacted text."""
+    compact = tf.strings.regex_replace(normalize_tf(questions), NOT_COMPACT, "")
+    self_harm = tf.strings.regex_full_match(compact, f".*(?:{SELF_HARM_PATTERN}).*")
+    abuse = tf.strings.regex_full_match(compact, f".*(?:{ABUSE_PATTERN}).*")
+    return tf.where(self_harm, SELF_HARM_REPLY, tf.where(abuse, ABUSE_REPLY, replies))
 
 
 def export_saved_model(model_dir: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:

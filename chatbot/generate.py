@@ -21,6 +21,7 @@ from chatbot.config import TONES, ChatbotConfig, GenerationConfig
 from chatbot.decoding import BATCH_BUCKETS, CachedDecoder
 from chatbot.plan import Options, Plan
 from chatbot.replies import Provenance, revealed, runaway_cut, streamed_text, trim
+from chatbot.safety import crisis_reply
 from chatbot.samplers import suppress_special
 from chatbot.text import check_questions
 from chatbot.tokenizer import END_ID, START_ID, Tokenizer
@@ -113,7 +114,8 @@ class Chatbot:
         texts, tones, settings, options = self._checked(texts, tone, settings, decoding)
         if not texts:
             return []
-        return self.texts_of(*self.decoder.replies(texts, tones, options, self.decoder.plan(settings)))
+        replies = self.texts_of(*self.decoder.replies(texts, tones, options, self.decoder.plan(settings)))
+        return self.with_crisis_replies(texts, replies)
 
     def texts_of(self, ids, replies=None) -> list[str]:
         """Reply ids (batch, max_length) as the strings users get: a reply that ran to its limit in a loop is
@@ -125,6 +127,12 @@ class Chatbot:
             if cut is not None:
                 replies[row] = self.tokenizer.decode([reply_ids[:cut]])[0]
         return replies
+
+    @staticmethod
+    def with_crisis_replies(texts: list[str], replies: list[str]) -> list[str]:
+        """Each reply, or the fixed crisis reply where its question may signal self-harm, suicide or abuse
+        (`chatbot.safety`): no decoding setting or training row changes what such a message gets."""
+        return [crisis_reply(text) or reply for text, reply in zip(texts, replies)]
 
     def reply(self, text: str, tone=None, details: bool = False, settings: GenerationConfig | None = None,
               **decoding):
@@ -139,6 +147,10 @@ class Chatbot:
     def stream(self, text: str, tone=None, settings: GenerationConfig | None = None, **decoding) -> Iterator[str]:
         """Yield the growing reply, one token at a time (each step is one graph call)."""
         (text,), tones, settings, options = self._checked([text], tone, settings, decoding)
+        crisis = crisis_reply(text)
+        if crisis:  # at once and whole: nothing the model would write first
+            yield crisis
+            return
         plan = self.decoder.plan(settings, jit=False)  # streamed steps are plain graphs (see `PlanGraphs`)
         if plan.strategy == "beam" or plan.candidates:
             # beams are ranked, and the reply weighed against retrieved answers, only at the end: decode, then reveal

@@ -28,7 +28,7 @@ def test_saved_model_answers_like_chatbot_without_the_package(tiny_bot, tiny_mod
     """Retrieval, the tone token and decoding all run inside the SavedModel."""
     assert tiny_bot.config.context.retrieved and tiny_bot.has_tone
     out = export_saved_model(tiny_model_dir, tmp_path / "saved")
-    questions = ["안녕하세요", *[q for q, _, _ in TINY_PAIRS[1:8]], "처음 보는 질문"]
+    questions = ["안녕하세요", *[q for q, _, _ in TINY_PAIRS[1:8]], "처음 보는 질문", "죽고 싶어", "아빠가 때려요"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run([sys.executable, "-c", SERVE, str(out), json.dumps(questions)], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=300)
@@ -36,3 +36,25 @@ def test_saved_model_answers_like_chatbot_without_the_package(tiny_bot, tiny_mod
     plain, sad = json.loads(result.stdout.splitlines()[-1])
     assert plain == [tiny_bot.reply(q) for q in questions]  # the default decoding: the loop's own reply
     assert sad == [tiny_bot.reply(q, tone="sad") for q in questions]
+
+
+def test_the_graphs_runaway_cut_cuts_where_chatbot_reply_cuts():
+    """A reply that ran to its limit in a loop ("있어요 있어요 있어요 ...") is cut the same way in the SavedModel."""
+    import numpy as np
+    import tensorflow as tf
+
+    from chatbot.export import runaway_cut_graph
+    from chatbot.replies import runaway_cut
+
+    length, rng = 16, np.random.default_rng(0)
+    rows = [[5 + (i % 3) for i in range(length)],  # a 3-token loop
+            [9] * length,  # one token, over and over
+            [4, 8, *([6, 7] * 7)],  # a prefix, then a 2-token loop
+            [*rng.integers(4, 50, length - 4), 2, 0, 0, 0],  # ended: never cut
+            [7, 7, *rng.integers(4, 50, length - 2)],  # no loop at its end
+            [*rng.integers(4, 50, 10), *([11, 12, 13] * 2)]]  # two copies only: not a runaway
+    rows += [list(rng.integers(4, 7, length)) for _ in range(200)]  # few tokens: loops of every period
+    ids = np.array(rows, np.int32)
+    expected = [length if runaway_cut(row) is None else runaway_cut(row) for row in ids.tolist()]
+    assert runaway_cut_graph(tf.constant(ids)).numpy().tolist() == expected
+    assert expected[:6] == [4, 1, 4, length, length, length]  # "567 567 ... 5" keeps "5675"
