@@ -20,10 +20,7 @@ class UserError(Exception):
 
 
 def check_question(text: str) -> str:
-    """A question the model can answer: not blank, and within `text.check_questions`' rule (the one every
-    entry point applies)."""
-    if not text.strip():
-        raise UserError("the question is empty")
+    """A question the model can answer: within `text.check_questions`' rule (the one every entry point applies)."""
     try:
         check_questions([text])
     except ValueError as error:

@@ -29,13 +29,16 @@ def normalize(text: str) -> str:
 
 
 def check_questions(texts) -> list[str]:
-    """The questions as a list of strings, each at most MAX_QUESTION_CHARS characters; ValueError otherwise."""
+    """The questions as a list of strings, each with something to answer (not blank) and at most MAX_QUESTION_CHARS
+    characters; ValueError otherwise."""
     if isinstance(texts, str):
         raise ValueError("questions must be a list of strings, not one string")
     texts = list(texts)
     for text in texts:
         if not isinstance(text, str):
             raise ValueError(f"a question must be a string, got {type(text).__name__}")
+        if not normalize(text):  # spaces, control characters: the model would answer a question nobody asked
+            raise ValueError("the question is empty")
         if len(text) > MAX_QUESTION_CHARS:
             raise ValueError(f"the question is too long ({len(text):,} characters; at most {MAX_QUESTION_CHARS:,})")
         if not text.isascii():

@@ -83,8 +83,11 @@ class Tokenizer:
         return cls(proto.getvalue())
 
     def tokenize(self, texts) -> tf.RaggedTensor:
-        """Strings (batch,) -> ragged int32 ids (batch, None), without start/end."""
-        return self.sp.tokenize(normalize_tf(tf.convert_to_tensor(texts, tf.string)))
+        """Strings (batch,) -> ragged int32 ids (batch, None), without start/end. Text that spells a reserved
+        token ("<sep>", "<tone1>") is read as unknown: only the pipeline places separators and tones."""
+        ids = self.sp.tokenize(normalize_tf(tf.convert_to_tensor(texts, tf.string)))
+        return tf.ragged.map_flat_values(
+            lambda flat: tf.where((flat >= SEPARATOR_ID) & (flat < NUM_SPECIAL), UNK_ID, flat), ids)
 
     def detokenize(self, ids) -> tf.Tensor:
         """Ids (dense or ragged, batch-major) -> strings; special and padding ids are dropped.

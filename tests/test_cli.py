@@ -114,9 +114,9 @@ def test_a_corrupt_model_is_a_user_error_too(tmp_path, capsys, tiny_model_dir):
 
     broken = shutil.copytree(tiny_model_dir, tmp_path / "broken")
     (broken / "model.keras").write_bytes(b"not a zip")
-    assert_user_error(*main(capsys, "chat", "--model", broken, "-q", "안녕")[::2], "cannot load the model")
+    assert_user_error(*main(capsys, "chat", "--model", broken, "-q", "안녕")[::2], "model.keras is damaged")
     assert_user_error(*main(capsys, "export", "--model", broken, "--out", tmp_path / "saved")[::2],
-                      "cannot load the model")
+                      "model.keras is damaged")
 
 
 def _edit_config(directory, **sections):

@@ -304,3 +304,11 @@ def test_an_eager_bot_replies_as_the_graph_does_without_tracing_anything(tiny_bo
     assert eager.reply("배고파") == tiny_bot.reply("배고파")
     assert all(not graphs.built for graphs in eager.decoder.graphs.values())
     assert not any(plan.jit for plan in eager.decoder.graphs)
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\u3000\t", "\u200b"])
+def test_a_blank_question_is_refused_not_answered_as_if_someone_asked(tiny_bot, blank):
+    with pytest.raises(ValueError, match="the question is empty"):
+        tiny_bot.reply(blank)
+    with pytest.raises(ValueError, match="the question is empty"):
+        tiny_bot.reply_batch(["배고파", blank])
