@@ -39,6 +39,10 @@ class CompiledCache:
                 self._items.popitem(last=False)
         return function
 
+    def peek(self, key: Hashable, default=None):
+        """The function stored under `key`, without building one or counting it as used."""
+        return self._items.get(key, default)
+
     def __contains__(self, key: Hashable) -> bool:
         return key in self._items
 

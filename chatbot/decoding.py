@@ -183,6 +183,13 @@ class CachedDecoder:
 
     # -- the compiled functions, one set per plan --
 
+    def ready(self, plan: Plan) -> bool:
+        """Whether `replies` with `plan` runs without tracing first (its graph is built and traced): a request
+        with a plan that is not ready would make a batch wait seconds for the trace."""
+        graphs = self.graphs.peek(plan)
+        replies = graphs.built.get("replies") if graphs is not None else None
+        return self.jit_compile == "eager" or (replies is not None and replies.experimental_get_tracing_count() > 0)
+
     def graphs_for(self, plan: Plan) -> "PlanGraphs":
         return self.graphs.get(plan, lambda: PlanGraphs(self, plan))
 

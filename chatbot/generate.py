@@ -98,6 +98,10 @@ class Chatbot:
         jit = self.decoder.jit_compile in (True, "warmed")
         self.decoder.warm_up(options, self.decoder.plan(settings, jit=jit), rows)
 
+    def ready(self, settings: GenerationConfig) -> bool:
+        """Whether a reply with these checked settings runs at once, with no graph to trace first."""
+        return self.decoder.ready(self.decoder.plan(settings))
+
     def _checked(self, texts, tone, settings, decoding) -> tuple[list[str], list[int], GenerationConfig, Options]:
         """The questions, their tones, the settings and their tensors, all checked before any decoding."""
         texts = check_questions(texts)

@@ -5,7 +5,9 @@ each while the model decodes them in batches. No thread of its own: one caller a
 decoding everything waiting, grouped by model, tone and decoding settings (one checked `GenerationConfig`
 per request, passed on as it is), until its own reply is
 done; then it hands the lead to the oldest waiting caller and returns, so no caller's reply waits
-behind batches that arrived after it. A request's error (a question or an option the model refuses) is
+behind batches that arrived after it. A request whose settings have no traced graph yet (a new
+`no_repeat_ngram_size` or `candidates`, seconds of tracing) is decoded in its own thread instead, so it
+never holds up the requests whose graph is ready. A request's error (a question or an option the model refuses) is
 raised in that request's thread only, before it joins a batch; should a batch still fail, its requests are
 answered one by one, so one bad request never fails another.
 Must not touch Gradio or decide what the user sees.
@@ -54,13 +56,20 @@ class ReplyBatcher:
         self._waiting: list[_Request] = []
         self._busy = False  # a caller leads
         self.batches: list[int] = []  # the size of every batch decoded so far (for tests and benchmarks)
+        self.alone = 0  # requests decoded beside the batches, their graph not traced yet
 
     def reply(self, bot, question: str, tone=None, settings: GenerationConfig | None = None, **decoding) -> str:
         """`bot`'s reply to `question`; `settings`: the decoding options as the caller checked them, or else
         `decoding` as keywords."""
         # A refused question or option fails here, in the caller's thread, before it can join a batch.
         check_questions([question])
-        request = _Request(bot, question, tone, bot.check(tone, settings, **decoding))
+        settings = bot.check(tone, settings, **decoding)
+        if not bot.ready(settings):
+            # Settings whose graph is not traced yet cost seconds of tracing: decoded in this caller's thread,
+            # beside the batches, so requests whose graph is ready never wait behind it.
+            self.alone += 1
+            return bot.reply_batch([question], tone, settings=settings)[0]
+        request = _Request(bot, question, tone, settings)
         with self._lock:
             self._waiting.append(request)
             if not self._busy:

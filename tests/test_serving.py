@@ -29,7 +29,13 @@ class HeldFirstBatch:
 
 
 def ask_all(batcher, bot, requests):
-    """Each request (question, options) from its own thread; returns replies or exceptions, in order."""
+    """Each request (question, options) from its own thread; returns replies or exceptions, in order. Each
+    request's graph is traced first: a request whose graph is not ready is decoded alone, beside the batches."""
+    for question, options in requests:
+        try:
+            bot.bot.reply("안녕", **options)
+        except ValueError:
+            pass  # a refused request: it never reaches a graph
     results = [None] * len(requests)
 
     def ask(i, question, options):
@@ -179,3 +185,52 @@ def test_the_default_batch_is_the_largest_that_chatbot_warm_up_compiles():
     from chatbot.generate import Chatbot
 
     assert max(inspect.signature(Chatbot.warm_up).parameters["rows"].default) == ReplyBatcher().max_batch_size
+
+
+def test_a_request_whose_graph_is_not_traced_never_holds_up_requests_whose_graph_is(tiny_bot):
+    """New settings cost seconds of tracing (held here until the ready requests are answered): they are decoded
+    beside the batches, not in them, so one client sweeping settings does not slow everyone else."""
+    batcher, tracing, release = ReplyBatcher(), threading.Event(), threading.Event()
+
+    class NewSettingsTraceSlowly:
+        def __getattr__(self, name):
+            return getattr(tiny_bot, name)
+
+        def ready(self, settings):
+            return settings.no_repeat_ngram_size == 0
+
+        def reply_batch(self, texts, tone=None, settings=None, **decoding):
+            if settings.no_repeat_ngram_size:
+                tracing.set()
+                release.wait(timeout=120)  # as a trace would, until the others are done
+            return tiny_bot.reply_batch(texts, tone, settings=settings, **decoding)
+
+    bot, slow_reply = NewSettingsTraceSlowly(), []
+    tiny_bot.reply("안녕")  # the default settings' graph is traced
+    slow = threading.Thread(target=lambda: slow_reply.append(batcher.reply(bot, "배고파", no_repeat_ngram_size=3)))
+    slow.start()
+    assert tracing.wait(timeout=60)
+    ready = {}
+    threads = [threading.Thread(target=lambda q=q: ready.update({q: batcher.reply(bot, q)})) for q in QUESTIONS[:4]]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    try:
+        assert ready == {q: tiny_bot.reply(q) for q in QUESTIONS[:4]}  # answered while the trace still runs
+        assert slow.is_alive() and batcher.alone == 1
+    finally:
+        release.set()
+        slow.join(timeout=60)
+    assert slow_reply == [tiny_bot.reply("배고파", no_repeat_ngram_size=3)]
+
+
+def test_the_decoder_knows_which_settings_are_traced(tiny_model_dir):
+    from chatbot.config import GenerationConfig
+    from chatbot.generate import Chatbot
+
+    bot = Chatbot.load(tiny_model_dir, jit_compile=False)
+    new = GenerationConfig(no_repeat_ngram_size=4)
+    assert not bot.ready(new)
+    bot.reply("안녕", settings=new)
+    assert bot.ready(new) and not bot.ready(GenerationConfig(no_repeat_ngram_size=5))
