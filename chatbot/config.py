@@ -139,8 +139,8 @@ class TrainConfig:
     peak_learning_rate: float | None = _flag(None, "where the warmup schedule peaks (unset: the paper's "
                                                    "d_model^-0.5 * warmup^-0.5)", metavar="LR")
     label_smoothing: float = _flag(0.0, "share of each target's probability spread over the whole vocabulary (0: off)")
-    early_stopping: int = _flag(0, "stop after this many epochs without improvement of the --select metric (0: off)",
-                                metavar="PATIENCE")
+    early_stopping: int | None = _flag(None, "stop after this many epochs without improvement of the --select "
+                                             "metric (0: off)", metavar="PATIENCE")
     mixed_precision: bool | None = _flag(None, "train in float32 even on a GPU")  # None: on when a GPU is present
     xla: bool | None = _flag(None, "do not compile with XLA")  # None: on when a GPU is present
     strategy: str = _flag("auto", "tf.distribute: mirrored = all local GPUs; multi-worker = machines in TF_CONFIG",
@@ -156,6 +156,9 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive integer, got {_short(value)}")
+        if self.early_stopping is not None and (isinstance(self.early_stopping, bool)
+                                                or not isinstance(self.early_stopping, int) or self.early_stopping < 0):
+            raise ValueError(f"early_stopping must be 0 (off) or a positive integer, got {_short(self.early_stopping)}")
         if self.peak_learning_rate is not None and not 0.0 < self.peak_learning_rate < 1.0:
             raise ValueError(f"peak_learning_rate must be in (0, 1), got {self.peak_learning_rate}")
         if not 0.0 <= self.label_smoothing < 1.0:

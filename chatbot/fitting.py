@@ -1,7 +1,8 @@
 """`WorkerFit`: the Keras `fit` of one model, made to work under MultiWorkerMirroredStrategy.
 
 Owns: two work-arounds for Keras 3 with TensorFlow's multi-worker strategy, kept apart from the model's
-architecture. Must not know about the model's layers.
+architecture: `train` mixes it into the model it fits (`train.FittedTransformer`), and the model a directory
+saves is a plain `Transformer`. Must not know about the model's layers.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from chatbot.special import END_ID, NUM_SPECIAL, SEPARATOR_ID, START_ID
+
 register = keras.saving.register_keras_serializable(package="chatbot")
 
 
@@ -29,6 +31,18 @@ def look_ahead_mask(length):
 def causal_mask(ids):
     """Look-ahead mask combined with the padding mask of decoder ids: (batch, 1, seq, seq)."""
     return ops.logical_and(look_ahead_mask(ops.shape(ids)[1]), padding_mask(ids))
+
+
+def answer_positions(encoder_ids):
+    """Where the retrieved answers sit in encoder inputs (batch, src_len): True after the first separator,
+    outside any neighbour's `[start] question [end]`, and never on a special token."""
+    def count(token, exclusive=False):
+        hits = ops.cast(ops.equal(encoder_ids, token), "int32")
+        counted = ops.cumsum(hits, axis=1)
+        return counted - hits if exclusive else counted
+
+    answer = ops.logical_and(count(SEPARATOR_ID) > 0, count(START_ID) <= count(END_ID, exclusive=True))
+    return ops.logical_and(answer, encoder_ids >= NUM_SPECIAL)
 
 
 def positional_encoding(length: int, depth: int) -> np.ndarray:

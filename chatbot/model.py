@@ -11,15 +11,13 @@ import keras
 from keras import ops
 
 from chatbot.config import ModelConfig
-from chatbot.fitting import WorkerFit
-from chatbot.layers import (CopyHead, DecoderLayer, EncoderLayer, PositionalEmbedding, causal_mask, padding_mask,
-                            register)
-from chatbot.pipeline import answer_positions
-from chatbot.tokenizer import PAD_ID, SEPARATOR_ID, START_ID
+from chatbot.layers import (CopyHead, DecoderLayer, EncoderLayer, PositionalEmbedding, answer_positions, causal_mask,
+                            padding_mask, register)
+from chatbot.special import PAD_ID, SEPARATOR_ID, START_ID
 
 
 @register
-class Transformer(WorkerFit):
+class Transformer(keras.Model):
     """Inputs `(encoder_inputs, decoder_inputs)`, int ids padded with 0, of shapes (batch, <= encoder_length)
     and (batch, <= max_length). Returns float32 logits (batch, decoder_len, vocab_size).
     `encoder_length` (default `max_length`) leaves room for retrieved answers after the question.

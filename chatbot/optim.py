@@ -10,7 +10,6 @@ Must not know about data, the model or the loss.
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from chatbot.layers import register
@@ -49,12 +48,14 @@ class FusedAdam(keras.optimizers.Adam):
     variable, each a pass over the variable: about a tenth of a CPU training step of this model. An
     embedding's sparse gradient is summed into a dense one first, as textbook Adam (and Keras 2) reads
     it; Keras 3 applies its rows one by one, so a token twice in a batch got each repeat squared apart in
-    the second moment. AMSGrad falls back to Keras' own update.
+    the second moment. AMSGrad, and any Keras backend but TensorFlow, fall back to Keras' own update.
     """
 
     def update_step(self, gradient, variable, learning_rate):
-        if self.amsgrad:
+        if self.amsgrad or keras.backend.backend() != "tensorflow":  # JAX and PyTorch: Keras' own arithmetic
             return super().update_step(gradient, variable, learning_rate)
+        import tensorflow as tf
+
         index = self._get_variable_index(variable)
 
         def handle(var):  # the tf.Variable under a Keras variable (on this replica, under a distribution)

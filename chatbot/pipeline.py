@@ -58,16 +58,6 @@ def encoder_inputs(question_ids: tf.RaggedTensor, max_length: int, tones=None, c
     return ids[:, : encoder_length or max_length]
 
 
-def answer_positions(encoder_ids):
-    """Where the retrieved answers sit in encoder inputs (batch, src_len): True after the first separator,
-    outside any neighbour's `[start] question [end]`, and never on a special token."""
-    def count(token, exclusive=False):
-        return tf.cumsum(tf.cast(encoder_ids == token, tf.int32), axis=1, exclusive=exclusive)
-
-    answer = (count(SEPARATOR_ID) > 0) & (count(START_ID) <= count(END_ID, exclusive=True))
-    return answer & (encoder_ids >= NUM_SPECIAL)
-
-
 def bucket(size, buckets):
     """The smallest of `buckets` (ascending) that holds `size`, in the graph; a larger size stays as it is."""
     buckets = tf.constant(buckets)

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from chatbot.config import RerankConfig
-from chatbot.pipeline import answer_positions
+from chatbot.layers import answer_positions
 from chatbot.samplers import NEG_INF
 from chatbot.tokenizer import NUM_SPECIAL, PAD_ID, START_ID
 

@@ -18,17 +18,12 @@ import sentencepiece
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from chatbot.special import (END_ID, NUM_SPECIAL, PAD_ID, RESERVED_TOKENS, SEPARATOR_ID, START_ID,  # noqa: F401
+                             TONE_IDS, UNK_ID)
 from chatbot.startup import native_notes_quieted
 from chatbot.text import CONTROL_CHARS, WHITESPACE_RUN
 
-PAD_ID, START_ID, END_ID, UNK_ID = 0, 1, 2, 3
 SPACE_BEFORE_PUNCTUATION = r" +([.,?!])"
-SEPARATOR = "<sep>"  # reserved for retrieval context on the encoder input
-TONE_TOKENS = ("<tone0>", "<tone1>", "<tone2>")  # reserved for label conditioning
-RESERVED_TOKENS = (SEPARATOR, *TONE_TOKENS)
-NUM_SPECIAL = 4 + len(RESERVED_TOKENS)  # ids below this never appear in replies
-SEPARATOR_ID = 4  # SentencePiece numbers user-defined symbols right after the four above
-TONE_IDS = (5, 6, 7)
 
 
 def normalize_tf(texts: tf.Tensor) -> tf.Tensor:

@@ -26,6 +26,7 @@ from chatbot.config import ChatbotConfig, TokenizerConfig
 from chatbot.context import context_for, training_batches
 from chatbot.pipeline import fits
 from chatbot.data import DataError, QAPair, split_by_question
+from chatbot.fitting import WorkerFit
 from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy
 from chatbot.model import Transformer
 from chatbot.optim import transformer_optimizer
@@ -96,6 +97,11 @@ def seed_generators(seed: int) -> None:
     np.random.seed(seed)
 
 
+class FittedTransformer(WorkerFit, Transformer):
+    """The Transformer as `fit` trains it, with the multi-worker work-arounds (`fitting.WorkerFit`); its weights
+    go into a plain `Transformer`, which is what a model directory saves."""
+
+
 def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, resume: bool = False,
           overwrite: bool = False, callbacks=(), verbose: int | str = "auto", log=print, strategy=None) -> Path:
     """Train on `pairs` and write a model directory at `out_dir`. Returns its path. `strategy`: a
@@ -154,7 +160,8 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
         f"{config.data.seed}); vocabulary {tokenizer.vocab_size} pieces; "
         f"{too_long // t.repeats} training pairs skipped: their answer is longer than {config.model.max_length} tokens")
     log(f"schedule: {t.epochs} epochs of batch {t.batch_size}, each pair {t.repeats}x an epoch, warmup "
-        f"{t.warmup_steps} steps" + (f", peak learning rate {t.peak_learning_rate:.2g}" if t.peak_learning_rate else ""))
+        f"{t.warmup_steps} steps" + (f", peak learning rate {t.peak_learning_rate:.2g}" if t.peak_learning_rate else "")
+        + (f"; stops after {t.early_stopping} epochs without a better {t.select} score" if t.early_stopping else ""))
     if config.context.retrieved or config.context.tone:
         k = config.context.retrieved
         plural = "s" if k > 1 else ""
@@ -169,7 +176,7 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
     log(f"device: {'GPU' if gpu else 'CPU'}; mixed precision {'on' if mixed else 'off'}; XLA {'on' if xla else 'off'}; "
         f"{strategy.num_replicas_in_sync} replica(s)")
     with strategy.scope():
-        model = Transformer.from_config_dataclass(config.model, dtype="mixed_float16" if mixed else "float32")
+        model = FittedTransformer.from_config_dataclass(config.model, dtype="mixed_float16" if mixed else "float32")
         model.compile(optimizer=transformer_optimizer(config.model.d_model, config.train.warmup_steps,
                                                       config.train.peak_learning_rate),
                       loss=MaskedSparseCrossEntropy(config.train.label_smoothing),
@@ -179,7 +186,7 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
         # traces a second time, which cost 4-5 s of every run (batches split evenly across replicas keep
         # MirroredStrategy working with an optimizer built before fit).
         model.optimizer.build(model.trainable_variables)
-        if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):  # see Transformer._maybe_symbolic_build
+        if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):  # see WorkerFit._maybe_symbolic_build
             model.build_compiled(next(iter(train_data)))
 
     best_path, staged_best = state / "best.weights.h5", state / "best.staged.weights.h5"

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from chatbot.model import Transformer, copy_parts
-from chatbot.pipeline import answer_positions
+from chatbot.layers import answer_positions
 from chatbot.tokenizer import PAD_ID, SEPARATOR_ID, START_ID
 
 ENCODER_IDS = np.array([[1, 5, 6, 7, 2, 0], [1, 9, 2, 0, 0, 0]])

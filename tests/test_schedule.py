@@ -48,3 +48,15 @@ def test_a_flat_loss_or_one_reply_for_everything_is_reported():
     assert learning_verdict([]) == ""
     assert "one reply" in learning_verdict([{"loss": "5.0"}, {"loss": "0.1"}], replies=1, answers=26)  # collapsed
     assert learning_verdict([{"loss": "5.0"}, {"loss": "0.1"}], replies=26, answers=26) == ""
+
+
+def test_early_stopping_is_fitted_to_the_run_and_a_given_patience_wins():
+    from chatbot.config import ChatbotConfig, DataConfig, TrainConfig
+    from chatbot.schedule import MIN_PATIENCE, fitted_to_data
+
+    assert fitted_to_data(ChatbotConfig(train=TrainConfig(epochs=30)), 27760).train.early_stopping == MIN_PATIENCE
+    assert fitted_to_data(ChatbotConfig(train=TrainConfig(epochs=80)), 27760).train.early_stopping == 10
+    assert fitted_to_data(ChatbotConfig(), 40).train.early_stopping == 0  # no held-out questions: every epoch counts
+    assert fitted_to_data(ChatbotConfig(data=DataConfig(val_fraction=0.2)), 40).train.early_stopping == 40 // 8
+    assert fitted_to_data(ChatbotConfig(train=TrainConfig(early_stopping=0)), 27760).train.early_stopping == 0
+    assert fitted_to_data(ChatbotConfig(train=TrainConfig(early_stopping=2)), 27760).train.early_stopping == 2
