@@ -119,3 +119,29 @@ def test_the_cold_start_bench_times_the_page_five_replies_and_chat_q_and_ctrl_c_
     # Ctrl-C right after five replies: the XLA warm-up is still compiling, and the app must not abort
     assert "the background XLA warm-up was still running by then" in out, out
     assert "  Ctrl-C: the app ended cleanly (status 0)\n" in out, out
+
+
+@pytest.mark.slow  # two app.py subprocesses
+def test_the_load_test_starts_the_app_on_another_port_when_its_port_was_taken(tiny_model_dir, tmp_path, monkeypatch):
+    """A port chosen unused can be taken before the app listens on it: the app then ends, and the next port
+    is tried. Here the first port handed out is one this test listens on."""
+    import socket
+    import urllib.request
+
+    load_app = bench_module("load_app")
+    common = bench_module("common")
+    unused = load_app.free_port
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = iter([taken.getsockname()[1]])
+        monkeypatch.setattr(load_app, "free_port", lambda: next(ports, None) or unused())
+        with open(tmp_path / "app.log", "wb") as log:
+            process, url = load_app.start_app(str(tiny_model_dir), log, "--no-warm-up", "--no-xla")
+        try:
+            assert f":{taken.getsockname()[1]}/" not in url
+            with urllib.request.urlopen(url, timeout=30) as page:
+                assert page.status == 200
+        finally:
+            common.stop(process)
+    assert b"Cannot find empty port" in (tmp_path / "app.log").read_bytes()  # the first try met the taken port
