@@ -107,6 +107,18 @@ def test_a_tone_is_asked_over_the_api_and_a_wrong_one_refused(client, tiny_bot):
         client.predict("헤어졌어", tone="angry", api_name="/chat")
 
 
+def test_a_tone_asked_over_the_api_reaches_the_model(tiny_bot, models_root):
+    """On a model whose reply the sad tone changes (`toy_model.toned_chatbot`), /chat answers as it was asked."""
+    from toy_model import PLAIN_REPLY, SAD_REPLY, toned_chatbot
+
+    demo, url = launch_app(toned_chatbot(tiny_bot.tokenizer), models_root)
+    try:
+        replies = [post_chat(url, "헤어졌어", tone) for tone in ("", "sad", "everyday")]
+        assert replies == [PLAIN_REPLY, SAD_REPLY, PLAIN_REPLY]
+    finally:
+        demo.close()
+
+
 def test_empty_question_is_answered_politely_and_a_long_one_still_answered(client):
     assert client.predict("   ", api_name="/chat") == app.EMPTY_REPLY
     assert HANGUL.search(client.predict("안녕하세요 " * 100, api_name="/chat"))
@@ -174,13 +186,13 @@ def test_sixteen_concurrent_clients_all_get_replies(url):
     assert all(HANGUL.search(reply) for reply in replies), replies
 
 
-def post_chat(url, question):
+def post_chat(url, question, tone=""):
     """The reply to `question` from /chat over plain HTTP, with the default settings."""
     import json
 
     import httpx
 
-    response = httpx.post(url + "gradio_api/run/chat", content=json.dumps({"data": [question, *settings(), "", ""]}),
+    response = httpx.post(url + "gradio_api/run/chat", content=json.dumps({"data": [question, *settings(), "", tone]}),
                           headers={"content-type": "application/json"}, timeout=120)
     return response.json()["data"][0]
 

@@ -306,23 +306,13 @@ def test_an_eager_bot_replies_as_the_graph_does_without_tracing_anything(tiny_bo
 def test_a_tone_changes_the_reply_of_a_model_that_learned_tones_and_nothing_otherwise(tiny_bot):
     """The tiny model answers a training question alike in every tone. A `ToyModel` answers with its sad reply
     when the encoder input holds the sad tone token: the tone must get from the caller to the model's input."""
-    from chatbot.config import ChatbotConfig, ContextConfig, ModelConfig
-    from toy_model import ToyModel
+    from toy_model import PLAIN_REPLY as plain, SAD_REPLY as sad, toned_chatbot
 
-    tokenizer = tiny_bot.tokenizer
-    plain, sad = "반가워요.", "힘들겠어요."
-    plain_ids, sad_ids = tokenizer.encode([plain, sad])
-    model = ToyModel(tokenizer.vocab_size, max_length=16).says(plain_ids).says(sad_ids, tone=1)
-
-    def bot(learned_tones):
-        config = ChatbotConfig(model=ModelConfig(vocab_size=tokenizer.vocab_size, max_length=16),
-                               context=ContextConfig(retrieved=0, tone=learned_tones))
-        return Chatbot(model, tokenizer, config, jit_compile=False)
-
-    toned = bot(learned_tones=True)
+    toned = toned_chatbot(tiny_bot.tokenizer)
     assert toned.reply("헤어졌어") == plain
     assert toned.reply("헤어졌어", tone="sad") == toned.reply("헤어졌어", tone=1) == sad
     assert toned.reply_batch(["헤어졌어", "우울해"], tone="sad") == [sad, sad]
     assert list(toned.stream("헤어졌어", tone="sad"))[-1] == sad
     assert toned.reply("헤어졌어", tone="sad", strategy="beam", num_beams=2) == sad
-    assert bot(learned_tones=False).reply("헤어졌어", tone="sad") == plain  # a model without tones ignores it
+    untoned = toned_chatbot(tiny_bot.tokenizer, learned_tones=False)
+    assert untoned.reply("헤어졌어", tone="sad") == plain  # a model without tones ignores it

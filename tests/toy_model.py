@@ -58,3 +58,19 @@ class ToyModel:
 
     def decode(self, decoder_inputs, memory, encoder_ids, training=False, cross_cache=None):
         return tf.gather(tf.constant(self.table[0]), decoder_inputs)  # teacher-forced, for reranking
+
+
+PLAIN_REPLY, SAD_REPLY = "반가워요.", "힘들겠어요."  # no piece comes twice in either, as `says` needs
+
+
+def toned_chatbot(tokenizer, learned_tones: bool = True):
+    """A `Chatbot` (a plain graph) over a `ToyModel` that answers every question with PLAIN_REPLY, and with
+    SAD_REPLY when the encoder input holds the sad tone token; `learned_tones`: what its config says."""
+    from chatbot.config import ChatbotConfig, ContextConfig, ModelConfig
+    from chatbot.generate import Chatbot
+
+    plain, sad = tokenizer.encode([PLAIN_REPLY, SAD_REPLY])
+    model = ToyModel(tokenizer.vocab_size, max_length=16).says(plain).says(sad, tone=1)
+    config = ChatbotConfig(model=ModelConfig(vocab_size=tokenizer.vocab_size, max_length=16),
+                           context=ContextConfig(retrieved=0, tone=learned_tones))
+    return Chatbot(model, tokenizer, config, jit_compile=False)
