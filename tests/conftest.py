@@ -52,12 +52,12 @@ LONGEST_FIRST = [
     "test_generate.py",  # 91
     "test_train.py",  # 59
     "test_app.py",  # 54
-    "test_bench.py",  # 48
     "test_runstate.py",  # 41
     "test_selection.py",  # 34
     "test_cli.py",  # 32
     "test_cluster.py",  # 22
     "test_properties.py",  # 21
+    "test_bench.py",  # 18
     "test_browser.py",  # 14
     "test_export.py",  # 12
     "test_default_model.py",  # 11
