@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 
 from common import ROOT, stop
-from load_app import WARM_LINE, HttpClient, ask, free_port
+from load_app import PORT_ATTEMPTS, WARM_LINE, HttpClient, ask, free_port, port_was_taken
 
 # Five questions from a word to the app's 200-character clip, so they meet different encoder lengths.
 QUESTIONS = [
@@ -84,14 +84,19 @@ def measure_app(model: str, timeout: float) -> bool:
     True when every question was answered."""
     import httpx  # noqa: F401  (the client's import, before the clock starts: the bench's cost, not the app's)
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/"
     with tempfile.NamedTemporaryFile(suffix=".log") as log:
-        started = time.perf_counter()
-        process = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--model", model, "--host", "127.0.0.1",
-                                    "--port", str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        process = None
         try:
-            page = wait_for_page(process, url, started, timeout)
+            for _ in range(PORT_ATTEMPTS):  # another port if the one chosen was taken before the app listened on it
+                port = free_port()
+                url = f"http://127.0.0.1:{port}/"
+                started = time.perf_counter()
+                process = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--model", model, "--host",
+                                            "127.0.0.1", "--port", str(port)], cwd=ROOT, stdout=log,
+                                           stderr=subprocess.STDOUT)
+                page = wait_for_page(process, url, started, timeout)
+                if page is not None or not port_was_taken(process, log.name):
+                    break
             if page is None:
                 print(f"error: the app did not serve its page:\n{Path(log.name).read_text(errors='replace')[-3000:]}",
                       file=sys.stderr)
@@ -109,7 +114,8 @@ def measure_app(model: str, timeout: float) -> bool:
             print(f"  the background XLA warm-up was {'done' if warmed else 'still running'} by then", flush=True)
             clean = ended_cleanly_by_ctrl_c(process, Path(log.name))
         finally:
-            stop(process)
+            if process is not None:
+                stop(process)
     met = "yes" if answered and in_time else "no"
     print(f"  every reply within {REPLY_TARGET:.0f} s of the page: {met}", flush=True)
     return answered and clean

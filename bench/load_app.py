@@ -85,24 +85,37 @@ def parse_args(argv=None):
 
 
 def free_port() -> int:
+    """A port nothing listens on now; another process may take it before the app does (see `port_was_taken`)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
+PORT_ATTEMPTS = 3
+
+
+def port_was_taken(process: subprocess.Popen, log_path: str) -> bool:
+    """Whether the app ended because its port was taken between `free_port` and its start (Gradio's message)."""
+    return process.poll() is not None and b"Cannot find empty port" in Path(log_path).read_bytes()
+
+
 def start_app(model: str, log, *options: str) -> tuple[subprocess.Popen, str]:
-    """`python app.py` on a free local port; returns (process, url) once it answers HTTP."""
-    port = free_port()
-    process = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--model", model, "--host", "127.0.0.1",
-                                "--port", str(port), *options], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 600
-    while time.time() < deadline and process.poll() is None:
-        try:
-            with urllib.request.urlopen(url, timeout=5):
-                return process, url
-        except OSError:
-            time.sleep(0.5)
+    """`python app.py` on a free local port (another one if that was taken meanwhile); returns (process, url)
+    once it answers HTTP."""
+    for _ in range(PORT_ATTEMPTS):
+        port = free_port()
+        process = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--model", model, "--host", "127.0.0.1",
+                                    "--port", str(port), *options], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}/"
+        deadline = time.time() + 600
+        while time.time() < deadline and process.poll() is None:
+            try:
+                with urllib.request.urlopen(url, timeout=5):
+                    return process, url
+            except OSError:
+                time.sleep(0.5)
+        if not port_was_taken(process, log.name):
+            break
     process.kill()
     process.wait()
     raise RuntimeError("the app did not start")

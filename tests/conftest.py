@@ -137,14 +137,33 @@ def shared_chatbot_data() -> Path:
     return SHARED_CHATBOT_DATA
 
 
+def unused_port() -> int:
+    """A port nothing listens on now. Another process may take it before it is used: callers retry
+    (`launch_app`, `retry_on_a_taken_port`)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+PORT_ATTEMPTS = 5
+
+
+def retry_on_a_taken_port(start):
+    """`start(port)` on an unused port, again on another one while it raises OSError (Gradio's "Cannot find
+    empty port": the port was taken between choosing it and listening on it); the last error is raised."""
+    for attempt in range(PORT_ATTEMPTS):
+        try:
+            return start(unused_port())
+        except OSError:
+            if attempt == PORT_ATTEMPTS - 1:
+                raise
+
+
 def launch_app(bot, models_root):
     """Serve the Gradio app in this process on a free local port; returns (demo, url)."""
     import app
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     demo = app.build_demo(bot, models_root=models_root)
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
-                            **app.LAUNCH_OPTIONS)
+    _, url, _ = retry_on_a_taken_port(lambda port: demo.launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **app.LAUNCH_OPTIONS))
     return demo, url

@@ -6,13 +6,15 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from gradio_client import Client, handle_file
 
-from conftest import ROOT, launch_app
+from conftest import ROOT, launch_app, retry_on_a_taken_port
 
 
 class _App:
@@ -105,6 +107,18 @@ def test_a_tone_is_asked_over_the_api_and_a_wrong_one_refused(client, tiny_bot):
         client.predict("헤어졌어", tone="angry", api_name="/chat")
 
 
+def test_a_tone_asked_over_the_api_reaches_the_model(tiny_bot, models_root):
+    """On a model whose reply the sad tone changes (`toy_model.toned_chatbot`), /chat answers as it was asked."""
+    from toy_model import PLAIN_REPLY, SAD_REPLY, toned_chatbot
+
+    demo, url = launch_app(toned_chatbot(tiny_bot.tokenizer), models_root)
+    try:
+        replies = [post_chat(url, "헤어졌어", tone) for tone in ("", "sad", "everyday")]
+        assert replies == [PLAIN_REPLY, SAD_REPLY, PLAIN_REPLY]
+    finally:
+        demo.close()
+
+
 def test_empty_question_is_answered_politely_and_a_long_one_still_answered(client):
     assert client.predict("   ", api_name="/chat") == app.EMPTY_REPLY
     assert HANGUL.search(client.predict("안녕하세요 " * 100, api_name="/chat"))
@@ -170,6 +184,58 @@ def test_sixteen_concurrent_clients_all_get_replies(url):
         replies = list(pool.map(ask, questions))
     assert len(replies) == 16
     assert all(HANGUL.search(reply) for reply in replies), replies
+
+
+def post_chat(url, question, tone=""):
+    """The reply to `question` from /chat over plain HTTP, with the default settings."""
+    import json
+
+    import httpx
+
+    response = httpx.post(url + "gradio_api/run/chat", content=json.dumps({"data": [question, *settings(), "", tone]}),
+                          headers={"content-type": "application/json"}, timeout=120)
+    return response.json()["data"][0]
+
+
+class RecordedBatches:
+    """The app's model, recording the questions of every batch it decodes. Its first batch waits until every
+    request has been checked twice (when the app picks its model, and when its batcher takes the request:
+    then it queues), so the others arrive while it decodes; a deadline keeps a regression from hanging."""
+
+    def __init__(self, bot, requests: int):
+        self.bot, self.requests, self.batches, self.checked = bot, requests, [], 0
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name):
+        return getattr(self.bot, name)
+
+    def check(self, *args, **kwargs):
+        with self._lock:
+            self.checked += 1
+        return self.bot.check(*args, **kwargs)
+
+    def reply_batch(self, texts, tone=None, **decoding):
+        if not self.batches:
+            deadline = time.monotonic() + 60
+            while self.checked < 2 * self.requests and time.monotonic() < deadline:
+                time.sleep(0.002)
+        self.batches.append(list(texts))
+        return self.bot.reply_batch(texts, tone, **decoding)
+
+
+def test_concurrent_chat_requests_are_decoded_together(bot, models_root):
+    """The app's /chat answers concurrent requests through one batcher: questions that arrive while a batch
+    decodes are decoded together, and each caller gets the reply its own question gets alone."""
+    recorded = RecordedBatches(bot, len(QUESTIONS))
+    demo, url = launch_app(recorded, models_root)
+    try:
+        with ThreadPoolExecutor(len(QUESTIONS)) as pool:  # plain HTTP: gradio_client sent 4 at a time at most
+            replies = list(pool.map(lambda question: post_chat(url, question), QUESTIONS, timeout=120))
+    finally:
+        demo.close()
+    assert replies == [bot.reply(question) for question in QUESTIONS]
+    assert sorted(q for batch in recorded.batches for q in batch) == sorted(QUESTIONS)
+    assert len(recorded.batches[0]) == 1 and max(map(len, recorded.batches)) >= 2, recorded.batches
 
 
 def load_app(*args):
@@ -283,7 +349,6 @@ def test_a_ctrl_c_while_the_warm_up_starts_closes_the_server_and_main_returns(bo
     """The page is served before the warm-up thread starts, so requests may come and a Ctrl-C may land in
     between: it closes the server too, rather than escaping `main` and leaving the interpreter waiting on
     the server's threads."""
-    import socket
     import urllib.request
 
     import gradio
@@ -294,11 +359,12 @@ def test_a_ctrl_c_while_the_warm_up_starts_closes_the_server_and_main_returns(bo
 
     monkeypatch.setattr(app_module, "load_chatbot", lambda *_, **__: bot)
     monkeypatch.setattr(app_module, "warm_up_in_background", interrupted)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    try:
+    def serve(port):
         app_module.main(["--model", str(models_root / "tiny"), "--port", str(port)])
+        return port
+
+    try:
+        port = retry_on_a_taken_port(serve)
     except KeyboardInterrupt:
         gradio.close_all()
         pytest.fail("Ctrl-C escaped main while the warm-up was starting")

@@ -119,3 +119,45 @@ def test_the_cold_start_bench_times_the_page_five_replies_and_chat_q_and_ctrl_c_
     # Ctrl-C right after five replies: the XLA warm-up is still compiling, and the app must not abort
     assert "the background XLA warm-up was still running by then" in out, out
     assert "  Ctrl-C: the app ended cleanly (status 0)\n" in out, out
+
+
+# An app.py that ends as Gradio's launch does on a port another socket holds, and else serves HTTP.
+PORT_TAKING_APP = """
+import http.server, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+try:
+    server = http.server.HTTPServer(("127.0.0.1", port), http.server.SimpleHTTPRequestHandler)
+except OSError:
+    sys.exit(f"OSError: Cannot find empty port in range: {port}-{port}.")
+server.serve_forever()
+"""
+
+
+def test_the_load_test_starts_the_app_on_another_port_when_its_port_was_taken(tmp_path, monkeypatch):
+    """A port chosen unused can be taken before the app listens on it: the app then ends, and the next port is
+    tried. Here the first port handed out is one this test holds, and app.py is a stand-in that fails on it
+    with Gradio's message (the real app takes seconds to load a model before it gets there)."""
+    import importlib.util
+    import socket
+    import urllib.request
+
+    load_app, common = bench_module("load_app"), bench_module("common")
+    gradio = Path(importlib.util.find_spec("gradio").submodule_search_locations[0])
+    gradio_server = (gradio / "http_server.py").read_text(encoding="utf-8")
+    assert "Cannot find empty port" in gradio_server  # what port_was_taken looks for (without importing Gradio)
+    (tmp_path / "app.py").write_text(PORT_TAKING_APP, encoding="utf-8")
+    monkeypatch.setattr(load_app, "ROOT", tmp_path)
+    unused = load_app.free_port
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))  # bound, not listening: a bind fails on it, a connection is refused at once
+        ports = iter([taken.getsockname()[1]])
+        monkeypatch.setattr(load_app, "free_port", lambda: next(ports, None) or unused())
+        with open(tmp_path / "app.log", "wb") as log:
+            process, url = load_app.start_app("a model", log)
+        try:
+            assert f":{taken.getsockname()[1]}/" not in url
+            with urllib.request.urlopen(url, timeout=30) as page:
+                assert page.status == 200
+        finally:
+            common.stop(process)
+    assert b"Cannot find empty port" in (tmp_path / "app.log").read_bytes()  # the first try met the taken port

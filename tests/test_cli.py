@@ -1,6 +1,7 @@
 """`python -m chatbot`: help for every command, one `error:` line and status 2 for user mistakes.
 Most checks call `cli.main` in this process; one runs the real `python -m chatbot` in a subprocess."""
 
+import io
 import os
 import subprocess
 import sys
@@ -361,6 +362,32 @@ def test_a_model_directory_with_a_bad_config_is_refused(tiny_model_dir, tmp_path
     hostile = shutil.copytree(tiny_model_dir, tmp_path / "hostile")
     (hostile / "config.json").write_text(config_text, encoding="utf-8")
     assert_user_error(*main(capsys, "chat", "--model", hostile, "-q", "안녕")[::2], "config.json")
+
+
+class PipedStdin:
+    """What `sys.stdin` is when lines are piped in: not a terminal, read as bytes."""
+
+    def __init__(self, data: bytes):
+        self.buffer = io.BytesIO(data)
+
+    def isatty(self):
+        return False
+
+
+def test_a_one_megabyte_piped_line_is_refused_before_the_model_loads(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """Its model.keras is garbage, which only loading finds: a 1 MB line is refused without loading it, while a
+    question that needs a reply meets the load's error."""
+    import shutil
+
+    broken = shutil.copytree(tiny_model_dir, tmp_path / "broken")
+    (broken / "model.keras").write_bytes(b"not a keras file")
+    monkeypatch.setattr(sys, "stdin", PipedStdin(b"a" * 1_000_000 + b"\n"))
+    status, out, err = main(capsys, "chat", "--model", broken)
+    assert out.splitlines() == [""]
+    assert_user_error(status, err, "line 1", "too long", "1,000,000 characters")
+    monkeypatch.setattr(sys, "stdin", PipedStdin("안녕\n".encode()))
+    status, _, err = main(capsys, "chat", "--model", broken)
+    assert_user_error(status, err, "cannot load the model")
 
 
 @pytest.mark.slow  # a TensorFlow subprocess loading the full-size default model

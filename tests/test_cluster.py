@@ -2,14 +2,16 @@
 
 import json
 import os
-import socket
+import re
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from chatbot.cluster import ClusterRole, read_tf_config, worker_out_dir
-from conftest import ROOT, TINY_PAIRS, write_csv
+from conftest import PORT_ATTEMPTS, ROOT, TINY_PAIRS, unused_port, write_csv
 
 TINY_MODEL = ["--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--dff", "64", "--vocab-size", "200",
               "--max-length", "16", "--epochs", "1", "--batch-size", "16", "--repeats", "1"]
@@ -41,22 +43,49 @@ def test_a_bad_tf_config_is_a_value_error_that_says_why(value, reason):
     assert isinstance(ClusterRole("worker", 0, 1), ClusterRole)
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
+def train_two_workers(args_of, cwd: Path) -> list[tuple[str, str, int]]:
+    """Two `train --strategy multi-worker` processes on localhost (`args_of(index)`): (stdout, stderr, status) of
+    each. Their ports are chosen unused, so another process may take one before a worker listens on it; then
+    that worker cannot start its server, the other is stopped and both start again on other ports."""
+    for attempt in range(PORT_ATTEMPTS):
+        ports = []
+        while len(ports) < 2:
+            port = unused_port()
+            ports += [port] if port not in ports else []
+        logs = [(cwd / f"worker{i}.out", cwd / f"worker{i}.err") for i in range(2)]
+        workers = []
+        for i, (out, err) in enumerate(logs):
+            with open(out, "w") as stdout, open(err, "w") as stderr:
+                workers.append(run_worker(args_of(i), tf_config(ports, i), cwd, stdout, stderr))
+        deadline = time.monotonic() + 600
+        while all(worker.poll() is None for worker in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        taken = any(worker.poll() not in (None, 0) and "Could not start gRPC server" in err.read_text()
+                    for worker, (_, err) in zip(workers, logs))
+        if taken and attempt < PORT_ATTEMPTS - 1:
+            for worker in workers:
+                worker.kill()
+                worker.wait()
+            continue
+        for worker in workers:
+            try:
+                worker.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+        results = [(out.read_text(), err.read_text(), worker.returncode) for worker, (out, err) in zip(workers, logs)]
+        for path in (path for pair in logs for path in pair):
+            path.unlink()
+        return results
 
 
-def run_worker(args, config: str, cwd, wait=True):
+def run_worker(args, config: str, cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE):
+    """One `train --strategy multi-worker` process; with output to pipes, waited for: (stdout, stderr, status)."""
     env = {**os.environ, "TF_CONFIG": config, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT),
            "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
     process = subprocess.Popen([sys.executable, "-m", "chatbot", "train", "--strategy", "multi-worker", *args],
-                               cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return process.communicate(timeout=600) + (process.returncode,) if wait else process
+                               cwd=cwd, env=env, stdout=stdout, stderr=stderr, text=True)
+    return process.communicate(timeout=600) + (process.returncode,) if stdout is subprocess.PIPE else process
 
 
 def test_a_bad_tf_config_is_one_error_line_and_exit_2(tmp_path):
@@ -71,12 +100,23 @@ def test_two_workers_train_one_model_that_the_chief_saves_and_answers(tmp_path):
     from chatbot.generate import Chatbot
 
     csv = write_csv(tmp_path / "d.csv", TINY_PAIRS)
-    ports = free_ports(2)
-    workers = [run_worker(["--data", csv, "--out", tmp_path / f"m{i}", *TINY_MODEL], tf_config(ports, i), tmp_path,
-                          wait=False) for i in range(2)]
-    results = [worker.communicate(timeout=600) + (worker.returncode,) for worker in workers]
+    results = train_two_workers(lambda i: ["--data", csv, "--out", tmp_path / f"m{i}", *TINY_MODEL], tmp_path)
     assert [status for _, _, status in results] == [0, 0], [err[-2000:] for _, err, _ in results]
     assert "saved:" in results[0][0] and "chief saves the model" in results[1][0]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["d.csv", "m0"]  # worker 1 left nothing behind
+    # One model trained across both: each worker's strategy has both replicas (each reads half of every batch),
+    # the epoch's loss each logs is the same, reduced across them, and it is the loss in the chief's history.
+    assert all("2 replica(s)" in out for out, _, _ in results)
+    losses = [re.findall(r"- loss: ([\d.]+)", out) for out, _, _ in results]
+    assert losses[0] and losses[0][-1] == losses[1][-1], losses
+    (row,) = csv_rows(tmp_path / "m0" / "history.csv")
+    assert float(row["loss"]) == pytest.approx(float(losses[0][-1]), abs=1e-4)
     reply = Chatbot.load(tmp_path / "m0", jit_compile="eager").reply("배고파")  # one reply: nothing to trace
-    assert isinstance(reply, str)
+    assert reply.strip() and not any(special in reply for special in ("<pad>", "<s>", "</s>", "<sep>"))
+
+
+def csv_rows(path):
+    import csv
+
+    with open(path, newline="") as file:
+        return list(csv.DictReader(file))

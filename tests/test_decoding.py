@@ -10,7 +10,7 @@ from chatbot.selection import reply_features
 from chatbot.generate import Chatbot
 from chatbot.plan import Plan
 from chatbot.rerank import token_f1
-from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID
+from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID, SEPARATOR_ID, START_ID
 from conftest import TINY_PAIRS
 
 QUESTIONS = [q for q, _, _ in TINY_PAIRS]
@@ -180,3 +180,88 @@ def test_an_answer_off_the_shortlist_is_never_chosen_whatever_its_likelihood(mon
     assert rerank.SHORTLIST < 6 and rerank.choice(found, weights).numpy().tolist() == [1]
     monkeypatch.setattr(rerank, "SHORTLIST", 6)
     assert rerank.choice(found, weights).numpy().tolist() == [6]
+
+
+# -- each decoding setting changes a reply it must change, and only when it is on --------------------------------
+# The tiny model answers with near certainty, so no setting can move its replies: these drive the product's
+# decoding loop (`PlanGraphs.loop`: logit processing, samplers, beam ranking, rescoring) over a `ToyModel`
+# whose every next-token logit the test writes down.
+
+A, B, C, D, ASKED = range(NUM_SPECIAL, NUM_SPECIAL + 5)
+QUESTION = [START_ID, ASKED, END_ID]  # the encoder input of a question, with no retrieved answer
+
+
+def toy_replies(model, encoder_ids=(QUESTION,), **settings):
+    """The reply ids (padding dropped) `model` decodes for `encoder_ids` with these decoding settings."""
+    from chatbot.decoding import CachedDecoder
+    from chatbot.plan import Options
+
+    settings = GenerationConfig(**settings)
+    decoder = CachedDecoder(model, None, jit_compile=False)
+    rows = len(encoder_ids)
+    width = max(map(len, encoder_ids))
+    encoder_ids = tf.constant([list(row) + [PAD_ID] * (width - len(row)) for row in encoder_ids], tf.int32)
+    prepared = Prepared(encoder_ids, tf.zeros([rows, 0, model.max_length], tf.int32), tf.zeros([rows, 0]))
+    ids = decoder.graphs_for(decoder.plan(settings)).loop(prepared, Options.of(settings, model.max_length, 0))
+    return [[token for token in row if token != PAD_ID] for row in ids.numpy().tolist()]
+
+
+def toy():
+    from toy_model import ToyModel
+
+    return ToyModel(NUM_SPECIAL + 5)
+
+
+def test_no_repeat_ngram_size_breaks_a_loop_only_when_set():
+    """A B A B ... to the length limit, unless the bigram A B may not come twice: then A's second choice, C."""
+    looping = toy().follows(START_ID, {A: 5}).follows(A, {B: 5, C: 3}).follows(B, {A: 5}).follows(C, {END_ID: 5})
+    assert toy_replies(looping) == [[A, B] * 4]
+    assert toy_replies(looping, no_repeat_ngram_size=2) == [[A, B, A, C, END_ID]]
+    assert toy_replies(looping, strategy="beam", num_beams=2) == [[A, B] * 4]
+    assert toy_replies(looping, strategy="beam", num_beams=2, no_repeat_ngram_size=2) == [[A, B, A, C, END_ID]]
+
+
+def test_a_repetition_penalty_takes_a_fresh_token_over_a_repeated_one_only_when_above_one():
+    """After B the model prefers A (logit 3) to C (2); A was written already, so a penalty of 2 halves its logit."""
+    looping = toy().follows(START_ID, {A: 5}).follows(A, {B: 5}).follows(B, {A: 3, C: 2}).follows(C, {END_ID: 5})
+    assert toy_replies(looping) == toy_replies(looping, repetition_penalty=1.0) == [[A, B] * 4]
+    assert toy_replies(looping, repetition_penalty=1.4) == [[A, B] * 4]  # 3 / 1.4 is still above 2
+    assert toy_replies(looping, repetition_penalty=2.0) == [[A, B, C, END_ID]]
+
+
+def short_or_long():
+    """A then END (probability 0.6), or B C D END (0.4): the short reply has the higher summed log-probability,
+    the long one the higher per token."""
+    return (toy().follows(START_ID, {A: np.log(0.6), B: np.log(0.4)}).follows(A, {END_ID: 9})
+            .follows(B, {C: 9}).follows(C, {D: 9}).follows(D, {END_ID: 9}))
+
+
+def test_the_length_penalty_decides_between_a_short_and_a_long_beam():
+    model = short_or_long()
+    assert toy_replies(model, strategy="beam", num_beams=2, length_penalty=0.0) == [[A, END_ID]]  # summed scores
+    assert toy_replies(model, strategy="beam", num_beams=2, length_penalty=1.0) == [[B, C, D, END_ID]]
+    assert toy_replies(model, strategy="beam", num_beams=1, length_penalty=1.0) == [[A, END_ID]]  # one beam: greedy
+    assert toy_replies(model, length_penalty=2.0) == [[A, END_ID]]  # greedy ranks no beams
+
+
+def test_agreement_picks_the_beam_that_shares_the_retrieved_answers_words():
+    """Beams A and B C; A is likelier, but the encoder input holds the retrieved answer B C."""
+    model = (toy().follows(START_ID, {A: np.log(0.6), B: np.log(0.4)}).follows(A, {END_ID: 9})
+             .follows(B, {C: 9}).follows(C, {END_ID: 9}))
+    retrieved = [*QUESTION, SEPARATOR_ID, B, C]
+    beam = dict(strategy="beam", num_beams=2)
+    assert toy_replies(model, [retrieved], **beam) == [[A, END_ID]]  # agreement 0: plain beam search
+    assert toy_replies(model, [retrieved], **beam, agreement=1.0) == [[B, C, END_ID]]
+    assert toy_replies(model, [QUESTION], **beam, agreement=1.0) == [[A, END_ID]]  # nothing retrieved to agree with
+    assert toy_replies(model, [retrieved], agreement=1.0) == [[A, END_ID]]  # greedy ranks no beams
+
+
+def test_mbr_picks_the_beam_the_others_agree_with():
+    """Beams A (probability 0.5), B D and C D (0.25 each): A is likeliest, but the other two share D."""
+    model = (toy().follows(START_ID, {A: np.log(0.5), B: np.log(0.25), C: np.log(0.25)}).follows(A, {END_ID: 9})
+             .follows(B, {D: 9}).follows(C, {D: 9}).follows(D, {END_ID: 9}))
+    beam = dict(strategy="beam", num_beams=3)
+    assert toy_replies(model, **beam) == toy_replies(model, **beam, mbr=0.0) == [[A, END_ID]]
+    (reply,) = toy_replies(model, **beam, mbr=1.0)
+    assert reply in ([B, D, END_ID], [C, D, END_ID])
+    assert toy_replies(model, strategy="beam", num_beams=1, mbr=1.0) == [[A, END_ID]]  # no other beams to agree with

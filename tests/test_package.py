@@ -28,3 +28,24 @@ def test_from_chatbot_import_chatbot_replies_in_korean(tiny_model_dir):
 
 def test_an_unknown_name_is_an_attribute_error():
     assert not hasattr(chatbot, "no_such_name")
+
+
+CONSOLE_SCRIPT = """
+import sys
+from importlib.metadata import EntryPoint
+sys.argv = ["chatbot", *sys.argv[1:]]
+sys.exit(EntryPoint("chatbot", sys.argv.pop(1), "console_scripts").load()())
+"""
+
+
+def test_the_chatbot_console_command_resolves_and_runs_its_help():
+    """pyproject.toml's `chatbot` command, run as the script pip writes for it runs it (`sys.exit(main())`, with
+    the command's own name in argv): installed or not, it must name a function that runs the command line."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    result = subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT, scripts["chatbot"], "--help"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: chatbot ")
+    assert all(command in result.stdout for command in ("train", "chat", "eval", "export", "download"))

@@ -98,3 +98,19 @@ def test_a_reply_never_ends_before_its_first_token():
     later = tf.argmax(suppress_special(tf.constant(logits), tf.constant(3)), axis=-1)
     assert int(first[0]) == NUM_SPECIAL + 1
     assert int(later[0]) == END_ID
+
+
+def test_top_p_draws_only_from_the_smallest_set_that_reaches_it():
+    """Probabilities 0.5, 0.3, 0.2 in 512 rows drawn at once: top_p 0.4 keeps the favourite alone, 0.7 the two
+    likeliest, and 1.0 (off) all three."""
+    probs = np.zeros((512, VOCAB), np.float32)
+    probs[:, NUM_SPECIAL:NUM_SPECIAL + 3] = [0.5, 0.3, 0.2]
+    logits = tf.constant(np.log(probs + 1e-12))
+
+    def drawn(top_p):
+        return set(TopKTopPSampler().choose(logits, tf.constant(0), options(top_p=top_p, seed=3)).numpy().tolist())
+
+    first, second, third = NUM_SPECIAL, NUM_SPECIAL + 1, NUM_SPECIAL + 2
+    assert drawn(0.4) == {first}
+    assert drawn(0.7) == {first, second}
+    assert drawn(1.0) == {first, second, third}

@@ -1,4 +1,8 @@
-"""ReplyBatcher: concurrent requests decoded together, each caller getting its own reply or error."""
+"""ReplyBatcher: concurrent requests decoded together, each caller getting its own reply or error.
+
+Every wait here has a deadline, and every thread is a daemon joined with a timeout: a batcher that hangs fails
+its test instead of hanging the worker. What a test checks is what the bot was asked to decode, in which
+thread, and what each caller got back."""
 
 import threading
 import time
@@ -8,29 +12,53 @@ import pytest
 from chatbot.serving import ReplyBatcher
 
 QUESTIONS = ["안녕", "오늘 너무 피곤해", "배고파", "주말에 뭐 하지?", "시험 끝났다", "비가 와", "잠이 안 와", "고마워"]
+DEADLINE = 60  # seconds; reached only when something hangs
+
+
+def wait_until(condition, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still waiting after {DEADLINE} s for {what}")
+        time.sleep(0.001)
+
+
+def queued(batcher) -> int:
+    """Requests waiting for a batch: the one private read here, to let requests arrive while a batch is held."""
+    return len(batcher._waiting)
 
 
 class HeldFirstBatch:
     """The tiny bot, whose first `reply_batch` waits until `expected` other requests are queued, so
-    what arrives meanwhile must be decoded as later batches (the real decoding, just held)."""
+    what arrives meanwhile must be decoded as later batches (the real decoding, just held). It records the
+    questions of every batch and the thread that decoded it."""
 
     def __init__(self, bot, batcher, expected):
-        self.bot, self.batcher, self.expected, self.calls = bot, batcher, expected, []
+        self.bot, self.batcher, self.expected, self.calls, self.threads = bot, batcher, expected, [], []
+        self.leading = threading.Event()  # the first batch is being decoded
 
     def __getattr__(self, name):
         return getattr(self.bot, name)
 
     def reply_batch(self, texts, tone=None, **decoding):
         if not self.calls:
-            while len(self.batcher._waiting) < self.expected:
-                threading.Event().wait(0.005)
+            self.leading.set()
+            wait_until(lambda: queued(self.batcher) >= self.expected, f"{self.expected} requests to queue")
         self.calls.append(list(texts))
+        self.threads.append(threading.current_thread().name)
         return self.bot.reply_batch(texts, tone, **decoding)
 
 
+def finish(threads) -> None:
+    for thread in threads:
+        thread.join(timeout=DEADLINE)
+    assert not [thread.name for thread in threads if thread.is_alive()], "callers still waiting for their replies"
+
+
 def ask_all(batcher, bot, requests):
-    """Each request (question, options) from its own thread; returns replies or exceptions, in order. Each
-    request's graph is traced first: a request whose graph is not ready is decoded alone, beside the batches."""
+    """Each request (question, options) from its own thread, named request-<i>; returns replies or exceptions,
+    in order. The first request leads; the rest arrive, in order, while its batch is held (`HeldFirstBatch`).
+    Each request's graph is traced first: a request whose graph is not ready is decoded alone, beside the batches."""
     for question, options in requests:
         try:
             bot.bot.reply("안녕", **options)
@@ -44,18 +72,25 @@ def ask_all(batcher, bot, requests):
         except Exception as error:  # noqa: BLE001 - the test inspects it
             results[i] = error
 
-    threads = [threading.Thread(target=ask, args=(i, q, o)) for i, (q, o) in enumerate(requests)]
+    threads = [threading.Thread(target=ask, args=(i, q, o), name=f"request-{i}", daemon=True)
+               for i, (q, o) in enumerate(requests)]
     threads[0].start()
-    while not batcher.batches:  # the first request leads and has taken its batch; the rest arrive while it decodes
-        time.sleep(0.001)
+    wait_until(lambda: bot.leading.is_set() or not threads[0].is_alive(), "the first request to lead")
     for thread in threads[1:]:  # one at a time, so they queue in order (a refused one never queues)
-        queued = len(batcher._waiting)
+        before = queued(batcher)
         thread.start()
-        while len(batcher._waiting) == queued and thread.is_alive():
-            time.sleep(0.001)
-    for thread in threads:
-        thread.join(timeout=120)
+        wait_until(lambda: queued(batcher) > before or not thread.is_alive(), f"{thread.name} to queue")
+    finish(threads)
     return results
+
+
+def answered_alone(batcher, bot, question):
+    """`batcher.reply` from a thread of its own, within the deadline: a batcher left busy would never answer."""
+    result = []
+    thread = threading.Thread(target=lambda: result.append(batcher.reply(bot, question)), daemon=True)
+    thread.start()
+    finish([thread])
+    return result[0]
 
 
 def test_concurrent_requests_are_decoded_together_with_the_replies_each_would_get_alone(tiny_bot):
@@ -63,8 +98,8 @@ def test_concurrent_requests_are_decoded_together_with_the_replies_each_would_ge
     held = HeldFirstBatch(tiny_bot, batcher, expected=len(QUESTIONS) - 1)
     replies = ask_all(batcher, held, [(q, {}) for q in QUESTIONS])
     assert replies == [tiny_bot.reply(q) for q in QUESTIONS]
-    assert batcher.batches == [1, len(QUESTIONS) - 1]
-    assert not batcher._busy and not batcher._waiting
+    assert held.calls == [QUESTIONS[:1], QUESTIONS[1:]]
+    assert answered_alone(batcher, tiny_bot, "고마워") == tiny_bot.reply("고마워")  # nothing left holding the lead
 
 
 def test_different_settings_and_tones_go_to_different_batches(tiny_bot):
@@ -95,7 +130,7 @@ def test_a_refused_request_fails_alone_and_the_batcher_keeps_serving(tiny_bot):
     assert results[0] == tiny_bot.reply("안녕") and results[2] == tiny_bot.reply("비가 와")
     assert isinstance(results[1], ValueError) and "no_repeat_ngram_size" in str(results[1])
     assert isinstance(results[3], ValueError) and "top_k" in str(results[3])
-    assert batcher.reply(tiny_bot, "잠이 안 와") == tiny_bot.reply("잠이 안 와")
+    assert answered_alone(batcher, tiny_bot, "잠이 안 와") == tiny_bot.reply("잠이 안 와")
 
 
 def test_a_question_that_is_not_valid_text_is_refused_alone_and_its_neighbours_answered(tiny_bot):
@@ -141,41 +176,19 @@ def test_max_batch_size_is_checked_and_kept(tiny_bot):
     batcher = ReplyBatcher(max_batch_size=3)
     held = HeldFirstBatch(tiny_bot, batcher, expected=len(QUESTIONS) - 1)
     ask_all(batcher, held, [(q, {}) for q in QUESTIONS])
-    assert batcher.batches == [1, 3, 3, 1]
+    assert [len(batch) for batch in held.calls] == [1, 3, 3, 1]
 
 
 def test_the_leader_returns_once_its_own_batch_is_done_and_a_waiting_caller_leads(tiny_bot):
-    """A reply never waits behind batches that arrived after it: the second batch is decoded only after
-    the first caller got its reply back (by the second caller, who leads then)."""
-    batcher, first_returned = ReplyBatcher(), threading.Event()
-
-    class SecondBatchWaits(HeldFirstBatch):
-        def reply_batch(self, texts, tone=None, **decoding):
-            if self.calls and not first_returned.wait(5):
-                raise AssertionError("the first caller is still decoding later batches")
-            return super().reply_batch(texts, tone, **decoding)
-
-    bot = SecondBatchWaits(tiny_bot, batcher, expected=1)
-    results = {}
-
-    def first():
-        results["first"] = batcher.reply(bot, "안녕")
-        first_returned.set()
-
-    def second():
-        results["second"] = batcher.reply(bot, "배고파")
-
-    leader = threading.Thread(target=first)
-    leader.start()
-    while not batcher.batches:
-        time.sleep(0.001)
-    follower = threading.Thread(target=second)
-    follower.start()
-    leader.join(timeout=60)
-    follower.join(timeout=60)
-    assert results == {"first": tiny_bot.reply("안녕"), "second": tiny_bot.reply("배고파")}
-    assert bot.calls == [["안녕"], ["배고파"]] and batcher.batches == [1, 1]
-    assert not batcher._busy and not batcher._waiting
+    """A reply never waits behind batches that arrived after it: the second batch is decoded by the second
+    caller's own thread, which leads only once the first caller has its reply."""
+    batcher = ReplyBatcher()
+    held = HeldFirstBatch(tiny_bot, batcher, expected=1)
+    replies = ask_all(batcher, held, [("안녕", {}), ("배고파", {"tone": "sad"})])  # another tone: another batch
+    assert replies == [tiny_bot.reply("안녕"), tiny_bot.reply("배고파", tone="sad")]
+    assert held.calls == [["안녕"], ["배고파"]]
+    assert held.threads == ["request-0", "request-1"]
+    assert answered_alone(batcher, tiny_bot, "고마워") == tiny_bot.reply("고마워")
 
 
 def test_the_default_batch_is_the_largest_that_chatbot_warm_up_compiles():

@@ -34,6 +34,53 @@ def test_model_directory_is_complete(tiny_model_dir):
     assert history[0].startswith("epoch") and len(history) == 1 + config.train.epochs
 
 
+def test_training_leaves_its_tensorboard_logs_in_the_model_directory(tiny_model_dir):
+    """README: TensorBoard logs are in `<out>/logs`: the loss of every epoch of the run."""
+    import tensorflow as tf
+    from tensorflow.core.util import event_pb2
+
+    events = sorted((tiny_model_dir / "logs" / "train").glob("events.out.tfevents.*"))
+    assert events, "no TensorBoard events in <out>/logs/train"
+    tags = [value.tag for record in tf.data.TFRecordDataset([str(path) for path in events])
+            for value in event_pb2.Event.FromString(record.numpy()).summary.value]
+    epochs = ChatbotConfig.read(tiny_model_dir / "config.json").train.epochs
+    assert tags.count("epoch_loss") == epochs, sorted(set(tags))
+
+
+class Stopped(Exception):
+    """Raised by `StopAtTheStart`: what a test needed was there before the first step."""
+
+
+def training_model_settings(out, tiny_csv, **train_settings):
+    """(dtype policy, jit_compile) of the model `train` fits, read when fitting starts and stopped there."""
+    import keras
+
+    seen = []
+
+    class StopAtTheStart(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            seen.append((self.model.dtype_policy.name, self.model.jit_compile))
+            raise Stopped
+
+    pairs, _ = load_pairs(tiny_csv)
+    with pytest.raises(Stopped):
+        train(pairs, tiny_config(epochs=1, repeats=1, select="last", **train_settings), out, verbose=0,
+              log=lambda *_: None, callbacks=[StopAtTheStart()])
+    return seen[0]
+
+
+def test_a_gpu_turns_on_mixed_precision_and_xla_unless_told_otherwise(tmp_path, tiny_csv, monkeypatch):
+    import tensorflow as tf
+
+    assert training_model_settings(tmp_path / "cpu", tiny_csv) == ("float32", False)
+    listed = tf.config.list_physical_devices
+    gpu = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda device_type=None: [gpu] if device_type == "GPU" else listed(device_type))
+    assert training_model_settings(tmp_path / "gpu", tiny_csv) == ("mixed_float16", True)
+    assert training_model_settings(tmp_path / "told", tiny_csv, mixed_precision=False, xla=False) == ("float32", False)
+
+
 def test_existing_output_is_never_overwritten_without_asking(tiny_model_dir):
     before = (tiny_model_dir / "model.keras").read_bytes()
     with pytest.raises(ArtifactError, match="already exists"):

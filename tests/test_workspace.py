@@ -97,12 +97,17 @@ def test_a_model_loading_keeps_no_request_for_a_loaded_model_waiting(tiny_bot, t
 
     monkeypatch.setattr(workspace, "load_chatbot", slow_load)
     shelf = ModelShelf(tmp_path, tiny_bot, prepare=True)
-    picking = threading.Thread(target=shelf.get, args=("other",))
+    picking = threading.Thread(target=shelf.get, args=("other",), daemon=True)  # daemons: a hang fails the test
     picking.start()
     assert loading.wait(60)
-    assert shelf.get("") is tiny_bot and picking.is_alive()  # answered while "other" is still loading
+    answered = []
+    asking = threading.Thread(target=lambda: answered.append(shelf.get("")), daemon=True)
+    asking.start()
+    asking.join(60)
+    assert answered == [tiny_bot] and picking.is_alive()  # answered while "other" is still loading
     release.set()
     picking.join(60)
+    assert not picking.is_alive()
     assert asked == [("other", False, True)] and shelf.get("other") is tiny_bot
 
 
