@@ -387,7 +387,7 @@ def test_a_one_megabyte_piped_line_is_refused_before_the_model_loads(tiny_model_
     assert_user_error(status, err, "line 1", "too long", "1,000,000 characters")
     monkeypatch.setattr(sys, "stdin", PipedStdin("안녕\n".encode()))
     status, _, err = main(capsys, "chat", "--model", broken)
-    assert_user_error(status, err, "cannot load the model")
+    assert_user_error(status, err, "model.keras is damaged")
 
 
 @pytest.mark.slow  # a TensorFlow subprocess loading the full-size default model
