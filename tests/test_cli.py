@@ -461,3 +461,12 @@ def test_train_makes_the_folders_above_its_out(tmp_path, capsys):
     status, _, err = main(capsys, *train_args(tmp_path, out=out))
     assert status == 0, err
     assert (out / "model.keras").is_file()
+
+
+def test_the_log_counts_each_pair_skipped_for_a_long_answer_once_not_once_per_repeat(tmp_path, capsys):
+    long = "오늘 하루도 정말 고생 많았어요. 따뜻한 물 한 잔 마시고 좋아하는 음악을 들으면서 천천히 쉬어 보세요. 내일은 분명 더 나을 거예요."
+    rows = [*TINY_PAIRS, ("진짜 너무 지쳤어", long, 1), ("오늘 하루 길었다", long + " 푹 자요.", 0)]
+    status, out, err = main(capsys, "train", "--data", write_csv(tmp_path / "long.csv", rows), "--out", tmp_path / "m",
+                            "--epochs", "1", "--repeats", "3", "--max-length", "24")
+    assert status == 0, err
+    assert "2 training pairs skipped: their answer is longer than 24 tokens" in out
