@@ -67,7 +67,8 @@ class ReplyBatcher:
         if not bot.ready(settings):
             # Settings whose graph is not traced yet cost seconds of tracing: decoded in this caller's thread,
             # beside the batches, so requests whose graph is ready never wait behind it.
-            self.alone += 1
+            with self._lock:
+                self.alone += 1
             return bot.reply_batch([question], tone, settings=settings)[0]
         request = _Request(bot, question, tone, settings)
         with self._lock:
