@@ -152,13 +152,12 @@ class TrainConfig:
     def __post_init__(self):
         if self.select not in SELECTIONS:
             raise ValueError(f"select must be one of {', '.join(SELECTIONS)}, got {self.select!r}")
-        for name in ("epochs", "batch_size", "warmup_steps", "repeats"):
+        for name, lowest in (("epochs", 1), ("batch_size", 1), ("warmup_steps", 1), ("repeats", 1),
+                             ("early_stopping", 0)):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be a positive integer, got {_short(value)}")
-        if self.early_stopping is not None and (isinstance(self.early_stopping, bool)
-                                                or not isinstance(self.early_stopping, int) or self.early_stopping < 0):
-            raise ValueError(f"early_stopping must be 0 (off) or a positive integer, got {_short(self.early_stopping)}")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < lowest):
+                wanted = "a positive integer" if lowest else "0 (off) or a positive integer"
+                raise ValueError(f"{name} must be {wanted}, got {_short(value)}")
         if self.peak_learning_rate is not None and not 0.0 < self.peak_learning_rate < 1.0:
             raise ValueError(f"peak_learning_rate must be in (0, 1), got {self.peak_learning_rate}")
         if not 0.0 <= self.label_smoothing < 1.0:

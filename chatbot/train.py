@@ -24,12 +24,12 @@ from chatbot.artifacts import (HISTORY_FILE, INDEX_FILE, METRICS_FILE, ArtifactE
                                save_model_dir)
 from chatbot.config import ChatbotConfig, TokenizerConfig
 from chatbot.context import context_for, training_batches
-from chatbot.pipeline import fits
 from chatbot.data import DataError, QAPair, split_by_question
 from chatbot.fitting import WorkerFit
 from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy
 from chatbot.model import Transformer
 from chatbot.optim import transformer_optimizer
+from chatbot.pipeline import fits
 from chatbot.retrieval import Retriever, index_hash, index_json
 from chatbot.schedule import fitted_to_data, learning_verdict, read_history
 from chatbot.runstate import (BACKUP_DIR, EpochBackup, PromoteFile, clear_leftovers, keep_history, note_crash,
