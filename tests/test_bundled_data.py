@@ -56,7 +56,7 @@ def test_answers_are_varied_yet_shared_by_paraphrases(loaded):
     assert len(per_answer) >= 0.4 * len(pairs)
     # Most answers serve two or more phrasings; the rest fit one question only (a question that asks a little
     # more than its situation's others gets its own answer rather than one that misses it).
-    assert sum(count >= 2 for count in per_answer.values()) >= 0.6 * len(per_answer)
+    assert sum(count >= 2 for count in per_answer.values()) >= 0.5 * len(per_answer)
 
 
 def test_every_label_is_valid_and_at_least_a_fifth(loaded):
