@@ -199,3 +199,69 @@ def test_the_data_cards_numbers_are_the_files_own(rows):
     assert f"All bundled data together ({said(len(every))} pairs)" in card
     assert (f"Distinct answers: {said(len({r['A'] for r in situation_rows}))} of {said(len(situation_rows))} "
             f"(all bundled data: {said(len({r['A'] for r in every}))} of {said(len(every))})") in card
+
+
+DIALOGUES = sorted((DATA / "dialogues").glob("*.csv"))
+FOLLOW_UP = re.compile(r"^(응|어|아니|ㅇㅇ|ㄴㄴ|ㅇㅋ|왜|그래서|진짜|정말|몰라|그럼|어떻게|고마워|그치|헐|대박)|그거|거기|그걸|그때|그 사람|그건")
+
+
+@pytest.fixture(scope="module")
+def dialogues():
+    """Each dialogue's messages as (speaker, text), in order, by file."""
+    found = {}
+    for path in DIALOGUES:
+        assert path.read_bytes().decode("utf-8").splitlines()[0] == "dialogue,speaker,text"
+        for row in csv.DictReader(open(path, encoding="utf-8", newline="")):
+            found.setdefault((path.name, row["dialogue"]), []).append((row["speaker"], row["text"]))
+    return found
+
+
+def test_at_least_3000_dialogues_of_two_to_four_exchanges_user_first_bot_last(dialogues):
+    assert len(DIALOGUES) >= 6 and len(dialogues) >= 3000
+    for key, messages in dialogues.items():
+        assert len(messages) in (4, 6, 8), key
+        assert [speaker for speaker, _ in messages] == ["user", "bot"] * (len(messages) // 2), key
+        assert all(text.strip() for _, text in messages), key
+    lengths = Counter(len(messages) for messages in dialogues.values())
+    assert all(lengths[n] >= 0.1 * len(dialogues) for n in (4, 6, 8)), lengths
+
+
+def test_dialogues_are_distinct_and_open_in_many_ways(dialogues):
+    conversations = [tuple(messages) for messages in dialogues.values()]
+    assert len(set(conversations)) == len(conversations)
+    openings = Counter(messages[0][1] for messages in conversations)
+    assert len(openings) >= 0.95 * len(conversations), openings.most_common(5)
+
+
+def test_follow_ups_lean_on_what_came_before(dialogues):
+    """The dialogues teach reading the conversation: many follow-ups are short replies or point back (응, 왜?,
+    그거, 거기), which only the earlier turns explain."""
+    follow_ups = [text for messages in dialogues.values() for speaker, text in messages[2:] if speaker == "user"]
+    leaning = [text for text in follow_ups if FOLLOW_UP.search(text) or len(text.replace(" ", "")) <= 4]
+    assert len(leaning) >= 0.4 * len(follow_ups), len(leaning) / len(follow_ups)
+
+
+def test_the_bot_speaks_politely_and_never_says_dangsin(dialogues):
+    bot = [text for messages in dialogues.values() for speaker, text in messages if speaker == "bot"]
+    assert not [text for text in bot if "당신" in text]
+    casual = [text for text in bot if re.search(r"(겠다|구나|좋다|이다|했어|해봐)[!.?~]*$", text)]
+    assert len(casual) <= 0.01 * len(bot), casual[:10]
+
+
+def test_no_dialogue_exchange_is_a_public_chatbotdata_row(dialogues):
+    if not SHARED_CHATBOT_DATA.is_file():
+        pytest.skip("../shared/data/ChatbotData.csv is not here")
+    public = {(_near_identical(row["Q"]), _near_identical(row["A"]))
+              for row in csv.DictReader(open(SHARED_CHATBOT_DATA, encoding="utf-8"))}
+    exchanges = [(_near_identical(messages[i][1]), _near_identical(messages[i + 1][1]))
+                 for messages in dialogues.values() for i in range(0, len(messages), 2)]
+    copied = [pair for pair in exchanges if pair in public]
+    assert len(copied) <= 0.001 * len(exchanges), copied[:10]
+
+
+def test_the_dialogue_cards_numbers_are_the_files_own(dialogues):
+    card = (DATA / "README.md").read_text(encoding="utf-8")
+    lengths = Counter(len(messages) for messages in dialogues.values())
+    messages = sum(lengths[n] * n for n in lengths)
+    assert (f"{len(dialogues):,} dialogues, {messages:,} messages ({lengths[4]:,} of 4 messages, "
+            f"{lengths[6]:,} of 6, {lengths[8]:,} of 8)") in card
