@@ -39,7 +39,9 @@ EXAMPLES = ["안녕하세요", "오늘 너무 피곤해", "헤어지고 밥이 �
 BAD_SETTINGS = "생성 설정 값이 올바르지 않아요"
 EMPTY_REPLY = "질문을 입력해 주세요. 무엇이든 편하게 물어보세요!"
 BUSY_MESSAGE = "다른 학습이 진행 중이에요. 그 학습이 끝난 뒤에 다시 시도해 주세요."
-SIZE_CHOICES = [("아주 작게 (시험용, 몇 초)", "tiny"), ("작게 (CPU에서 몇 분)", "small"), ("기본 (설계값, 명령줄 train과 같음)", "base")]
+SIZE_CHOICES = [("시작 모델 위에 (추천: 다른 말로 물어도 알아듣고 일상 대화도 해요, 명령줄 train과 같음)", "built-on"),
+                ("처음부터 아주 작게 (시험용, 몇 초)", "tiny"), ("처음부터 작게 (CPU에서 몇 분)", "small"),
+                ("처음부터 기본 크기 (설계값)", "base")]
 # For demo.launch(); the handlers check sizes too. show_error: what Gradio itself refuses says why.
 LAUNCH_OPTIONS = {"max_file_size": MAX_UPLOAD_BYTES, "show_error": True}
 
@@ -132,7 +134,10 @@ class ChatApp:
             history[-1] = {"role": "assistant", "content": as_text(reply)}
             yield history, "", gr.skip()
         source = bot.provenance(question, reply)  # a learner sees what the model copied and what it wrote
-        if source["copied"]:
+        if source["fallback"]:
+            history[-1]["content"] += as_text("\n(학습한 질문 중 뜻이 가까운 것이 없어 정해 둔 답을 했어요 · 가장 가까운 질문: "
+                                              f"{shown_briefly(source['nearest_question'])})")
+        elif source["copied"]:
             history[-1]["content"] += as_text(f"\n(학습 데이터의 답과 같음 · 비슷한 질문: "
                                               f"{shown_briefly(source['source_question'])})")
         yield history, "", (question, reply)
@@ -171,7 +176,7 @@ class ChatApp:
     def check_csv(self, path: str | None) -> str:
         return read_training_csv(path, MAX_UPLOAD_BYTES, self.upload_folders)[1] if path else ""  # no file: no report
 
-    def train(self, path: str | None, epochs: int = 0, size: str = "base", progress=gr.Progress()):
+    def train(self, path: str | None, epochs: int = 0, size: str = "built-on", progress=gr.Progress()):
         """Check the CSV, train in the background, report progress until done. Yields (log, model picker)."""
         pairs, message = read_training_csv(path, MAX_UPLOAD_BYTES, self.upload_folders)
         if pairs is None:
@@ -181,7 +186,8 @@ class ChatApp:
             config = training_config(epochs, size)
         except ValueError as error:
             raise gr.Error(str(error)) from None
-        job = self.trainer.start(pairs, config, Path(path).stem)
+        base = self.shelf.startup_bot.path if size == "built-on" else None  # the model the app opened with
+        job = self.trainer.start(pairs, config, Path(path).stem, base)
         if job is None:
             yield BUSY_MESSAGE, gr.skip()
             return
@@ -240,7 +246,7 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT, prepare_models: bool 
             report = gr.Textbox(label="데이터 보고서", lines=8, interactive=False)
             epochs = gr.Slider(0, 300, value=0, step=1, label="에포크 (0 = 데이터 크기에 맞춰 자동)")
             with gr.Accordion("고급", open=False):
-                size = gr.Radio(SIZE_CHOICES, value="base", label="모델 크기")
+                size = gr.Radio(SIZE_CHOICES, value="built-on", label="무엇에서 시작할까요")
             start = gr.Button("학습 시작", variant="primary")
             training_log = gr.Textbox(label="학습 진행", lines=12, interactive=False)
 

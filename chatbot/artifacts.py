@@ -39,6 +39,7 @@ CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.model"
 MODEL_FILE = "model.keras"  # the Keras model: architecture and weights
 INDEX_FILE = "retrieval.json"  # the retrieval index (chatbot.retrieval), when config.context.retrieved > 0
+SENTENCE_FILE = "sentence.keras"  # the sentence encoder (chatbot.sentence), when retrieval reads meaning
 HISTORY_FILE = "history.csv"
 METRICS_FILE = "metrics.json"
 REQUIRED_FILES = (CONFIG_FILE, TOKENIZER_FILE, MODEL_FILE)
@@ -212,6 +213,13 @@ def recover_model_dir(out_dir: str | Path) -> None:
     remove_dead_temps(out_dir)
 
 
+def keras_bytes(model: "keras.Model") -> bytes:
+    """A Keras model as the bytes of its `.keras` file (Keras saves only to a path)."""
+    with tempfile.TemporaryDirectory(prefix="chatbot-save-") as private:
+        model.save(Path(private) / "model.keras")
+        return (Path(private) / "model.keras").read_bytes()
+
+
 def save_model_dir(out_dir: str | Path, config: ChatbotConfig, tokenizer: "Tokenizer", model: "keras.Model",
                    extra_files: dict[str, bytes] | None = None, overwrite: bool = False,
                    extra_dirs: dict[str, Path] | None = None) -> Path:
@@ -283,9 +291,9 @@ def _read_files(path: str | Path, with_model: bool = True, tries: int = 3) -> di
         folder = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)) if READ_THROUGH_FOLDER else None
         try:
             files = {}  # absent ones are left out: `_checked_config` names those that are required
-            for name in (CONFIG_FILE, TOKENIZER_FILE, INDEX_FILE, MODEL_FILE):
+            for name in (CONFIG_FILE, TOKENIZER_FILE, INDEX_FILE, MODEL_FILE, SENTENCE_FILE):
                 try:
-                    if name == MODEL_FILE and not with_model:  # only whether it is there
+                    if name in (MODEL_FILE, SENTENCE_FILE) and not with_model:  # only whether it is there
                         if stat.S_ISREG(os.stat(name if folder is not None else path / name, dir_fd=folder).st_mode):
                             files[name] = b""
                         continue
@@ -332,6 +340,8 @@ def _checked_config(path: str | Path, files: dict[str, bytes]) -> ChatbotConfig:
             raise ArtifactError(f"{path}: not a complete model directory (missing {INDEX_FILE})")
         if hashlib.sha256(files[INDEX_FILE]).hexdigest() != config.context.index_hash:
             raise ArtifactError(f"{path}: {INDEX_FILE} does not match the index hash in {CONFIG_FILE}")
+    if config.retrieval.meaning and SENTENCE_FILE not in files:
+        raise ArtifactError(f"{path}: not a complete model directory (missing {SENTENCE_FILE})")
     return config
 
 
@@ -342,21 +352,27 @@ def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, "Tokenizer", "keras
     import keras
 
     import chatbot.model  # noqa: F401  (registers the layers for deserialization)
+    import chatbot.sentence  # noqa: F401  (and the sentence encoder's)
     from chatbot.retrieval import Retriever
     from chatbot.tokenizer import Tokenizer
 
     files = _read_files(path)  # the bytes actually loaded are the ones checked
     config = _checked_config(path, files)
-    if not zipfile.is_zipfile(io.BytesIO(files[MODEL_FILE])):
-        raise ArtifactError(f"{path}: {MODEL_FILE} is damaged (cut short or not a Keras model file); retrain it or "
-                            f"restore it from a copy")
+    keras_files = [MODEL_FILE] + ([SENTENCE_FILE] if config.retrieval.meaning else [])
+    for name in keras_files:
+        if not zipfile.is_zipfile(io.BytesIO(files[name])):
+            raise ArtifactError(f"{path}: {name} is damaged (cut short or not a Keras model file); retrain it or "
+                                f"restore it from a copy")
     try:
         with tempfile.TemporaryDirectory(prefix="chatbot-load-") as private:  # Keras loads from a path
-            model_file = Path(private) / MODEL_FILE
-            model_file.write_bytes(files[MODEL_FILE])
-            model = keras.saving.load_model(model_file, compile=False, safe_mode=True)
+            loaded = []
+            for name in keras_files:
+                (Path(private) / name).write_bytes(files[name])
+                loaded.append(keras.saving.load_model(Path(private) / name, compile=False, safe_mode=True))
+        model, encoder = loaded[0], (loaded[1] if len(loaded) > 1 else None)
         tokenizer = Tokenizer(files[TOKENIZER_FILE])
-        retriever = Retriever.from_json(files[INDEX_FILE]) if config.context.retrieved else None
+        retriever = (Retriever.from_json(files[INDEX_FILE], config.retrieval, encoder, tokenizer)
+                     if config.context.retrieved else None)
     except Exception as error:
         detail = " ".join(str(error).split())[:300]
         raise ArtifactError(f"{path}: cannot load the model ({type(error).__name__}: {detail})") from error

@@ -20,7 +20,7 @@ from chatbot import terminal
 from chatbot.artifacts import (ArtifactError, check_model_dir, check_replaceable, check_writable, is_export,
                                is_model_dir)
 from chatbot.config import (TONES, ChatbotConfig, ContextConfig, DataConfig, GenerationConfig, ModelConfig,
-                            TokenizerConfig, TrainConfig, __version__)
+                            RetrievalConfig, TokenizerConfig, TrainConfig, __version__)
 from chatbot.data import DataError
 from chatbot.schedule import WHEN_UNSET
 from chatbot.startup import import_tensorflow_quietly
@@ -108,10 +108,20 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", required=True, help="model directory to create")
     train.add_argument("--overwrite", action="store_true", help="replace --out if it exists (only once training succeeded)")
     train.add_argument("--resume", action="store_true", help="continue an interrupted run of the same --out")
-    model = train.add_argument_group("model")
+    start = train.add_argument_group("what the new model starts from")
+    start.add_argument("--base", default=DEFAULT_MODEL, metavar="DIR",
+                       help="build on this trained model: keep its vocabulary, network and sentence encoder, so a "
+                            "small FAQ is understood in other words from the start and small talk keeps working "
+                            "(default: %(default)s)")
+    start.add_argument("--from-scratch", action="store_true",
+                       help="learn a vocabulary and a network from this data alone (how models/default is trained); "
+                            "the model flags below apply only then")
+    _add_config_flags(start, RetrievalConfig)
+    model = train.add_argument_group("model (with --from-scratch)")
     _add_config_flags(model, ModelConfig)
     _add_config_flags(model, TokenizerConfig)
-    _add_config_flags(train.add_argument_group("what the encoder reads besides the question"), ContextConfig)
+    _add_config_flags(train.add_argument_group("what the encoder reads besides the question (with --from-scratch)"),
+                      ContextConfig)
     training = train.add_argument_group("training")
     _add_config_flags(training, TrainConfig, WHEN_UNSET)
     _add_config_flags(training, DataConfig, WHEN_UNSET)
@@ -163,7 +173,9 @@ def training_config(args) -> ChatbotConfig:
         return ChatbotConfig(model=_from_flags(ModelConfig, args), tokenizer=_from_flags(TokenizerConfig, args),
                              context=_from_flags(ContextConfig, args),
                              data=_from_flags(DataConfig, args, paths=tuple(map(str, args.data)), seed=args.seed),
-                             train=_from_flags(TrainConfig, args, seed=args.seed))
+                             train=_from_flags(TrainConfig, args, seed=args.seed),
+                             retrieval=_from_flags(RetrievalConfig, args),
+                             base="" if args.from_scratch else str(args.base))
     except ValueError as error:
         raise UserError(str(error)) from None
 
@@ -180,6 +192,20 @@ def run_train(args) -> None:
     config = training_config(args)
     if args.vocab_size < 16:
         raise UserError("--vocab-size must be at least 16")
+    if not args.from_scratch:
+        shaped = [f"--{option.name.replace('_', '-')}" for section in (ModelConfig, TokenizerConfig, ContextConfig)
+                  for option in dataclasses.fields(section)
+                  if "help" in option.metadata and getattr(args, option.name) != option.default]
+        if shaped:
+            raise UserError(f"{', '.join(shaped)} shape a new network: add --from-scratch (by default a model builds "
+                            f"on --base {args.base}, whose shape it keeps)")
+        if not is_model_dir(Path(args.base)):
+            raise UserError(f"--base {args.base}: no model directory there; pass --base DIR, or --from-scratch to "
+                            f"train without one")
+        try:
+            check_model_dir(args.base)
+        except ArtifactError as error:
+            raise UserError(f"--base: {error}") from None
     final = Path(args.out)
     out = worker_out_dir(final, role)  # only the chief writes --out
     if out == final and out.exists() and not args.overwrite and not args.resume:  # a resume may find it saved
@@ -202,10 +228,15 @@ def run_train(args) -> None:
     if from_tfds:
         pairs = load()
     from chatbot.tokenizer import VocabularyError
-    from chatbot.train import train
+    from chatbot.train import load_base, train
 
     try:
-        train(pairs, config, out, resume=args.resume, overwrite=args.overwrite or out != final, strategy=strategy)
+        base = None if args.from_scratch else load_base(args.base)
+    except ArtifactError as error:
+        raise UserError(f"--base: {error}") from None
+    try:
+        train(pairs, config, out, base=base, resume=args.resume, overwrite=args.overwrite or out != final,
+              strategy=strategy)
     except VocabularyError as error:
         raise UserError(f"--vocab-size {args.vocab_size}: {error}") from None
     if out != final:

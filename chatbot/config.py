@@ -123,6 +123,50 @@ class RerankConfig:
                 raise ValueError(f"rerank {name} must be a weight of at least 0, got {value!r}")
 
 
+FALLBACK_REPLY = "잘 모르는 내용이에요. 다른 말로 다시 물어봐 주시겠어요?"
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """How the retrieval index scores each training question for a message, and when nothing fits.
+
+    The score is a weighted mean of three cosine similarities: `characters` (TF-IDF over the characters and
+    character bigrams of the training question), `answers` (the same over one document per distinct answer:
+    the answer with every question it was given to) and `meaning` (the sentence encoder's embeddings of the
+    two texts, `chatbot.sentence`). A message whose best score is below `threshold` gets `fallback` instead of
+    a reply; `train` calibrates the threshold on held-out questions. The default weights are the ones
+    bench/retrieval.py chose for everyday chat; a model built on another for its own Q&A uses `FOR_OWN_DATA`;
+    models saved before this section read `CHARACTERS_ONLY`."""
+
+    characters: float = 0.5
+    answers: float = 0.0
+    meaning: float = 1.0
+    threshold: float = 0.0
+    fallback: str = _flag(FALLBACK_REPLY, "what the model says when no training question is close enough in "
+                                          "meaning (e.g. your phone number)", metavar="TEXT")
+
+    def __post_init__(self):
+        for name in ("characters", "answers", "meaning", "threshold"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < math.inf:
+                raise ValueError(f"retrieval {name} must be a number of at least 0, got {value!r}")
+        if not self.characters + self.answers + self.meaning:
+            raise ValueError("retrieval needs a positive weight for characters, answers or meaning")
+        if not isinstance(self.fallback, str) or not self.fallback.strip():
+            raise ValueError("the fallback reply must be a non-empty text")
+
+    @property
+    def total(self) -> float:
+        return self.characters + self.answers + self.meaning
+
+
+CHARACTERS_ONLY = RetrievalConfig(characters=1.0, answers=0.0, meaning=0.0)  # and never the fallback
+# A FAQ's paraphrases share words with the answer more than with another phrasing (bench/retrieval.py: answer
+# documents alone 75% / 47% of the example FAQs' paraphrases, characters 40% / 38%), and its questions are
+# far from the everyday chat the sentence encoder learned from: answers and meaning, equally.
+FOR_OWN_DATA = {"characters": 0.0, "answers": 1.0, "meaning": 1.0}
+
+
 SELECTIONS = ("chrf", "loss", "last")
 DISTRIBUTIONS = ("auto", "mirrored", "multi-worker")
 
@@ -295,6 +339,8 @@ class ChatbotConfig:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     rerank: RerankConfig = field(default_factory=RerankConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    base: str = ""  # the model directory this one was built on ("": trained from scratch)
     version: str = __version__
 
     def to_json(self) -> str:
@@ -313,9 +359,11 @@ class ChatbotConfig:
             return section_cls(**{k: v for k, v in raw.get(name, {}).items() if k in known})
 
         context = section(ContextConfig, "context") if "context" in raw else NO_CONTEXT
+        retrieval = section(RetrievalConfig, "retrieval") if "retrieval" in raw else CHARACTERS_ONLY
         return cls(model=section(ModelConfig, "model"), tokenizer=section(TokenizerConfig, "tokenizer"),
                    context=context, data=section(DataConfig, "data"), train=section(TrainConfig, "train"),
-                   rerank=section(RerankConfig, "rerank"), version=raw.get("version", ""))
+                   rerank=section(RerankConfig, "rerank"), retrieval=retrieval,
+                   base=raw.get("base", ""), version=raw.get("version", ""))
 
     @classmethod
     def read(cls, path: str | Path) -> "ChatbotConfig":

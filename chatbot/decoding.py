@@ -47,6 +47,7 @@ class Prepared(NamedTuple):
     encoder_ids: tf.Tensor  # (batch, src_len), padded with 0 to a length bucket
     retrieved: tf.Tensor  # (batch, candidates, max_length): retrieved answers as reply ids, ended by END_ID
     scores: tf.Tensor  # (batch, candidates): their retrieval scores
+    confident: tf.Tensor  # (batch,) float32: 1 where a training question is close enough (else the fallback)
 
 
 class CachedDecoder:
@@ -87,7 +88,9 @@ class CachedDecoder:
         ids = self.encoder_ids(texts, tones, similarity).to_tensor()
         width = tf.shape(ids)[1]
         ids = tf.pad(ids, [[0, 0], [0, bucket(tf.maximum(width, min_length), self.length_buckets) - width]])
-        return Prepared(ids, *self._retrieved(texts, tones, plan.candidates, similarity))
+        confident = (tf.ones(tf.shape(texts), tf.float32) if similarity is None
+                     else tf.cast(self.retriever.confident(texts, similarity), tf.float32))
+        return Prepared(ids, *self._retrieved(texts, tones, plan.candidates, similarity), confident)
 
     def encoder_ids(self, texts, tones=None, similarity=None) -> tf.RaggedTensor:
         """Strings (batch,) -> encoder ids (batch, None), unpadded: the question, its tone token if the model
@@ -119,6 +122,14 @@ class CachedDecoder:
         ids = tf.concat([ids, tf.fill([ids.nrows(), 1], tf.constant(END_ID, ids.dtype))], axis=1)
         ids = tf.cast(ids.to_tensor(shape=[None, self.max_length]), tf.int32)
         return tf.reshape(ids, [-1, count, self.max_length]), scores
+
+    def with_fallback(self, ids, confident):
+        """Reply ids (batch, max_length) and strings (batch,), where a question with no training question close
+        enough (`confident` 0) gets the fallback reply (and no ids: nothing of the model's own reply is kept)."""
+        unsure = confident < 0.5
+        ids = tf.where(unsure[:, None], PAD_ID, ids)
+        strings = self.tokenizer.detokenize(ids)
+        return ids, strings if self.retriever is None else tf.where(unsure, self.retriever.config.fallback, strings)
 
     # -- run: the encoder pass and the loop (XLA when the plan says so) --
 
@@ -250,14 +261,15 @@ class PlanGraphs:
         rows = bucket(batch, BATCH_BUCKETS)  # a few batch shapes cover every batch size
         padded = Prepared(*(tf.pad(t, [[0, rows - batch]] + [[0, 0]] * (t.shape.rank - 1)) for t in prepared))
         ids = loop(padded, options)[:batch]
-        return ids, self.decoder.tokenizer.detokenize(ids)
+        return self.decoder.with_fallback(ids, prepared.confident)
 
     @property
     def loop(self):
         plan, max_length = self.plan, self.decoder.max_length
         signature = [Prepared(tf.TensorSpec([None, None], tf.int32),
                               tf.TensorSpec([None, plan.candidates, max_length], tf.int32),
-                              tf.TensorSpec([None, plan.candidates], tf.float32)), OPTIONS_SIGNATURE]
+                              tf.TensorSpec([None, plan.candidates], tf.float32),
+                              tf.TensorSpec([None], tf.float32)), OPTIONS_SIGNATURE]
         return self._function("loop", lambda: tf.function(self._loop, jit_compile=plan.jit, autograph=False,
                                                           input_signature=signature))
 

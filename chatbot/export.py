@@ -48,9 +48,12 @@ class ReplyModule(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions"),
                                   tf.TensorSpec([None], tf.int32, name="tones")], autograph=False)
     def serve_with_tone(self, questions, tones):
-        ids, _ = self._decoder.replies(questions, tones, self._options, self._plan)
-        ids = tf.where(tf.range(tf.shape(ids)[1])[None] < runaway_cut_graph(ids)[:, None], ids, PAD_ID)
-        return {"replies": crisis_replies_graph(questions, self._decoder.tokenizer.detokenize(ids))}
+        ids, replies = self._decoder.replies(questions, tones, self._options, self._plan)  # the fallback included
+        cut = runaway_cut_graph(ids)
+        shortened = self._decoder.tokenizer.detokenize(tf.where(tf.range(tf.shape(ids)[1])[None] < cut[:, None],
+                                                                ids, PAD_ID))
+        replies = tf.where(cut < tf.shape(ids)[1], shortened, replies)
+        return {"replies": crisis_replies_graph(questions, replies)}
 
 
 def runaway_cut_graph(ids: tf.Tensor, copies: int = 3) -> tf.Tensor:

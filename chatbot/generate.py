@@ -155,6 +155,9 @@ class Chatbot:
         if crisis:  # at once and whole: nothing the model would write first
             yield crisis
             return
+        if self.retriever is not None and not bool(self.retriever.confident(tf.constant([text]))[0]):
+            yield self.retriever.config.fallback  # nothing in training is close enough: say so, whole
+            return
         plan = self.decoder.plan(settings, jit=False)  # streamed steps are plain graphs (see `PlanGraphs`)
         if plan.strategy == "beam" or plan.candidates:
             # beams are ranked, and the reply weighed against retrieved answers, only at the end: decode, then reveal

@@ -76,8 +76,10 @@ class Provenance:
     def __call__(self, text: str, reply: str) -> dict:
         """`reply`; `copied`: whether it is exactly a training answer; `source_question`: then the training
         question with that answer nearest to `text`; `nearest_question`: the training question nearest to
-        `text` (what retrieval would answer with its answer). A learner sees what the model wrote itself."""
-        result = {"reply": reply, "copied": False, "source_question": None, "nearest_question": None}
+        `text` (what retrieval would answer with its answer); `fallback`: whether the reply is the fallback, as no
+        training question was close enough. A learner sees what the model wrote itself."""
+        result = {"reply": reply, "copied": False, "source_question": None, "nearest_question": None,
+                  "fallback": False}
         if self.retriever is None:
             return result
         if self._answer_rows is None:
@@ -86,6 +88,7 @@ class Provenance:
                 self._answer_rows.setdefault(pair.answer, []).append(row)
         similarity = self.retriever.similarity(tf.constant([text]))[0].numpy()
         result["nearest_question"] = self.retriever.pairs[int(similarity.argmax())].question
+        result["fallback"] = reply == self.retriever.config.fallback and similarity.max() < self.retriever.config.threshold
         rows = self._answer_rows.get(reply)
         if rows:
             best = max(rows, key=lambda row: similarity[row])

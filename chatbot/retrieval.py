@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from chatbot.config import CHARACTERS_ONLY, RetrievalConfig
 from chatbot.data import QAPair
 from chatbot.tokenizer import normalize_tf
 
@@ -81,18 +82,14 @@ def tf_idf_postings(questions: list[str]):
     return keys, idf, starts, rows[order], weights[order].astype(np.float32)
 
 
-class Retriever(tf.Module):
-    """The answers of the training questions nearest a question. Everything it holds is a variable or
-    a lookup table, so it travels inside a SavedModel."""
+class CharacterIndex(tf.Module):
+    """TF-IDF over `char_grams` of some texts, as an inverted index of variables and a lookup table, and the
+    cosine similarity of messages to each of them, in the graph."""
 
-    def __init__(self, pairs: list[QAPair]):
-        super().__init__(name="retriever")
-        if not pairs:
-            raise ValueError("a retrieval index needs at least one training pair")
-        # A tuple: tf.Module wraps a list to track each element, which took longer than building the index.
-        self.pairs = tuple(dict.fromkeys(pairs))  # a repeated row would only crowd out other candidates
-        questions = [p.question for p in self.pairs]
-        keys, idf, starts, rows, weights = tf_idf_postings(questions)
+    def __init__(self, texts: list[str], name: str):
+        super().__init__(name=name)
+        keys, idf, starts, rows, weights = tf_idf_postings(texts)
+        self.count = len(texts)
         self.table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
             tf.constant(keys), tf.range(len(keys), dtype=tf.int64)), default_value=-1)
         self.vocabulary_size = len(idf)
@@ -101,19 +98,10 @@ class Retriever(tf.Module):
         self.posting_starts = tf.Variable(starts, trainable=False, name="posting_starts")
         self.posting_rows = tf.Variable(rows, trainable=False, name="posting_rows")
         self.posting_weights = tf.Variable(weights, trainable=False, name="posting_weights")
-        # tf.constant: a Variable made from a Python list first checks every element for a tensor to stack
-        self.questions = tf.Variable(tf.constant(questions), trainable=False, name="questions")
-        self.answers = tf.Variable(tf.constant([p.answer for p in self.pairs]), trainable=False, name="answers")
-        self.labels = tf.Variable(tf.constant([NO_TONE if p.label is None else p.label for p in self.pairs],
-                                              tf.int32), trainable=False, name="labels")
 
-    def __len__(self) -> int:
-        return len(self.pairs)
-
-    def similarity(self, texts):
-        """Questions (batch,) -> cosine similarity to every training question (batch, pairs), in [0, 1]
-        (0 for a question with no known character)."""
-        texts = normalize_tf(texts)
+    def cosine(self, texts):
+        """Normalised messages (batch,) -> cosine similarity to every indexed text (batch, count), in [0, 1]
+        (0 for a message with no known character)."""
         grams = tf.strings.ngrams(tf.strings.unicode_split(texts, "UTF-8"), (1, 2), separator="")
         ids = self.table.lookup(grams)
         known = ids.flat_values >= 0
@@ -126,15 +114,82 @@ class Retriever(tf.Module):
         weights = tf.math.unsorted_segment_sum(tf.gather(self.idf, columns), entry_of, tf.size(entries))
         squares = tf.math.unsorted_segment_sum(tf.square(weights), entry_rows, batch)
         weights *= tf.gather(tf.math.rsqrt(tf.maximum(squares, 1e-12)), entry_rows)  # as tf.math.l2_normalize
-        # Cosine: summed over the n-grams a training question shares with the query, read from the postings of
-        # the query's n-grams only (a few thousand entries instead of every question's n-grams).
+        # Cosine: summed over the n-grams an indexed text shares with the query, read from the postings of the
+        # query's n-grams only (a few thousand entries instead of every text's n-grams).
         starts, ends = tf.gather(self.posting_starts, entry_columns), tf.gather(self.posting_starts, entry_columns + 1)
         hits = tf.ragged.range(starts, ends)  # (entries, None): positions in the postings
         shared = tf.gather(self.posting_weights, hits.flat_values) * tf.repeat(weights, hits.row_lengths())
-        targets = tf.repeat(entry_rows, hits.row_lengths()) * len(self.pairs) + tf.gather(self.posting_rows,
-                                                                                          hits.flat_values)
-        scores = tf.math.unsorted_segment_sum(shared, targets, batch * len(self.pairs))
-        return tf.reshape(scores, tf.stack([batch, len(self.pairs)]))
+        targets = tf.repeat(entry_rows, hits.row_lengths()) * self.count + tf.gather(self.posting_rows,
+                                                                                     hits.flat_values)
+        scores = tf.math.unsorted_segment_sum(shared, targets, batch * self.count)
+        return tf.reshape(scores, tf.stack([batch, self.count]))
+
+
+class Retriever(tf.Module):
+    """The answers of the training questions nearest a message. Everything it holds is a variable, a lookup
+    table or a Keras layer, so it travels inside a SavedModel.
+
+    Nearness is `RetrievalConfig`'s weighted mean of three similarities: the characters the message shares
+    with the training question, with the answer's document (`answer_documents`), and the cosine of their
+    sentence embeddings (`encoder`, a `chatbot.sentence.SentenceEncoder`, with the `tokenizer` whose ids it
+    reads). Without an encoder the meaning weight must be 0."""
+
+    def __init__(self, pairs: list[QAPair], config: RetrievalConfig = CHARACTERS_ONLY, encoder=None,
+                 tokenizer=None, embeddings: np.ndarray | None = None):
+        super().__init__(name="retriever")
+        if not pairs:
+            raise ValueError("a retrieval index needs at least one training pair")
+        if config.meaning and (encoder is None or tokenizer is None):
+            raise ValueError("retrieval by meaning needs the sentence encoder and its tokenizer")
+        self.config = config
+        # A tuple: tf.Module wraps a list to track each element, which took longer than building the index.
+        self.pairs = tuple(dict.fromkeys(pairs))  # a repeated row would only crowd out other candidates
+        questions = [p.question for p in self.pairs]
+        self.characters = CharacterIndex(questions, "characters")
+        if config.answers:
+            documents, answer_of = answer_documents(self.pairs)
+            self.answer_index = CharacterIndex(documents, "answers")
+            self.answer_of = tf.Variable(answer_of, trainable=False, name="answer_of")
+        self.encoder, self.tokenizer = (encoder, tokenizer) if config.meaning else (None, None)
+        if self.encoder is not None:
+            from chatbot.sentence import embed
+
+            if embeddings is None:
+                embeddings = embed(encoder, tokenizer.encode(questions))
+            self.embeddings = tf.Variable(embeddings.astype(np.float32), trainable=False, name="embeddings")
+        # tf.constant: a Variable made from a Python list first checks every element for a tensor to stack
+        self.questions = tf.Variable(tf.constant(questions), trainable=False, name="questions")
+        self.answers = tf.Variable(tf.constant([p.answer for p in self.pairs]), trainable=False, name="answers")
+        self.labels = tf.Variable(tf.constant([NO_TONE if p.label is None else p.label for p in self.pairs],
+                                              tf.int32), trainable=False, name="labels")
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def similarity(self, texts):
+        """Messages (batch,) -> each training question's score (batch, pairs): the weighted mean of the
+        similarities `RetrievalConfig` weighs, each at most 1."""
+        texts = normalize_tf(texts)
+        config = self.config
+        scores = config.characters * self.characters.cosine(texts) if config.characters else 0.0
+        if config.answers:
+            scores += config.answers * tf.gather(self.answer_index.cosine(texts), self.answer_of, axis=1)
+        if config.meaning:
+            scores += config.meaning * self.meaning(texts)
+        return scores / config.total
+
+    def meaning(self, texts):
+        """Cosine similarity of the messages' sentence embeddings to every training question's (batch, pairs)."""
+        from chatbot.sentence import SENTENCE_LENGTH
+
+        ids = self.tokenizer.tokenize(texts)[:, :SENTENCE_LENGTH].to_tensor(shape=[None, SENTENCE_LENGTH])
+        return tf.matmul(self.encoder(ids, training=False), self.embeddings, transpose_b=True)
+
+    def confident(self, texts, similarity=None):
+        """Whether some training question is close enough to each message (batch,) bool: its best score reaches
+        the calibrated threshold (always, with threshold 0)."""
+        similarity = self.similarity(texts) if similarity is None else similarity
+        return tf.reduce_max(similarity, axis=1) >= self.config.threshold
 
     def nearest(self, texts, k: int, tones=None, leave_one_out: bool = False, similarity=None):
         """The answers of the `k` nearest training questions, nearest first: strings (batch, k).
@@ -194,12 +249,30 @@ class Retriever(tf.Module):
         return index_json(self.pairs)
 
     @classmethod
-    def from_json(cls, data: bytes) -> "Retriever":
-        return cls([QAPair(q, a, label) for q, a, label in json.loads(data.decode("utf-8"))["pairs"]])
+    def from_json(cls, data: bytes, config: RetrievalConfig = CHARACTERS_ONLY, encoder=None,
+                  tokenizer=None) -> "Retriever":
+        return cls(pairs_of(data), config, encoder, tokenizer)
 
     @classmethod
     def load(cls, path: str | Path) -> "Retriever":
         return cls.from_json(Path(path).read_bytes())
+
+
+def pairs_of(data: bytes) -> list[QAPair]:
+    """The pairs of a retrieval index's JSON (`index_json`)."""
+    return [QAPair(q, a, label) for q, a, label in json.loads(data.decode("utf-8"))["pairs"]]
+
+
+def answer_documents(pairs) -> tuple[list[str], np.ndarray]:
+    """One document per distinct answer: the answer after every question it was given to. A message that shares
+    words with any phrasing of a question, or with the answer itself, finds it ("sparse-to-answer"). Returns the
+    documents and each pair's document (int64, per pair)."""
+    questions: dict[str, list[str]] = {}
+    for pair in pairs:
+        questions.setdefault(pair.answer, []).append(pair.question)
+    where = {answer: i for i, answer in enumerate(questions)}
+    documents = [" ".join([*asked, answer]) for answer, asked in questions.items()]
+    return documents, np.array([where[p.answer] for p in pairs], np.int64)
 
 
 def index_json(pairs: list[QAPair]) -> bytes:
@@ -210,3 +283,36 @@ def index_json(pairs: list[QAPair]) -> bytes:
 
 def index_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+# Share of in-scope questions (held out, or a training question against its paraphrases) that the calibrated
+# threshold lets fall back: measured against questions no FAQ covers in bench/retrieval.py.
+FALLBACK_SHARE = 0.05
+MIN_CALIBRATION = 10  # in-scope questions needed to calibrate at all (fewer: no fallback)
+
+
+def calibrated_threshold(retriever: Retriever, train_pairs: list[QAPair], val_pairs: list[QAPair],
+                         share: float = FALLBACK_SHARE, batch_size: int = 256) -> float:
+    """The score below which a message gets the fallback reply: the `share` quantile of in-scope questions'
+    best scores. In-scope questions are the held-out ones (`val_pairs`, retrieving from the training pairs), or
+    without any, each training question whose answer has other questions, retrieving with its own text left
+    out (so its nearest row is a paraphrase, as a new wording would find). 0 (never) when fewer than
+    MIN_CALIBRATION such questions exist."""
+    if val_pairs:
+        questions, leave_out = [p.question for p in val_pairs], False
+    else:
+        asked: dict[str, set[str]] = {}
+        for pair in train_pairs:
+            asked.setdefault(pair.answer, set()).add(pair.question)
+        questions = list(dict.fromkeys(p.question for p in train_pairs if len(asked[p.answer]) > 1))
+        leave_out = True
+    if len(questions) < MIN_CALIBRATION:
+        return 0.0
+    best = []
+    for first in range(0, len(questions), batch_size):
+        texts = tf.constant(questions[first:first + batch_size])
+        scores = retriever.similarity(texts)
+        if leave_out:
+            scores = tf.where(retriever.questions[None] == normalize_tf(texts)[:, None], -1.0, scores)
+        best.append(tf.reduce_max(scores, axis=1).numpy())
+    return float(np.quantile(np.concatenate(best), share))

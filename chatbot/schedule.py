@@ -27,6 +27,7 @@ FULL_WARMUP_STEPS = 4000  # the paper's warmup, measured best on ChatbotData (BE
 # On a 40-row FAQ a 1.4e-3 peak (the full schedule's) made the encoder collapse: one reply for every question,
 # at 95% teacher-forced accuracy; 5e-4 answered every training question with its own answer (BENCHMARKS.md).
 SHORT_RUN_PEAK = 5e-4
+BASE_EPOCHS, BASE_PEAK = 8, 2e-4  # a model built on a trained one: measured with bench/small_csv.py
 NOT_LEARNED_LOSS_SHARE = 0.75  # a last epoch's loss above this share of the first epoch's: it did not learn
 # The default recipe's replies peaked at epoch 8 of 30 and never came back: the 22 epochs after bought nothing.
 MIN_PATIENCE = 4  # epochs without a better --select score before training stops (chrF of 800 replies is noisy)
@@ -42,9 +43,14 @@ WHEN_UNSET = {
 }
 
 
-def fitted_to_data(config: ChatbotConfig, pairs: int) -> ChatbotConfig:
-    """`config` with every unset training setting chosen for `pairs` training pairs (explicit ones kept)."""
+def fitted_to_data(config: ChatbotConfig, pairs: int, built_on_base: bool = False) -> ChatbotConfig:
+    """`config` with every unset training setting chosen for `pairs` training pairs (explicit ones kept). A model
+    built on a trained one (`built_on_base`) already writes out the answers it retrieves: it learns the new pairs
+    in BASE_EPOCHS epochs at a gentle BASE_PEAK, warming up for a fifth of them."""
     data, train = config.data, config.train
+    if built_on_base:
+        train = dataclasses.replace(train, epochs=train.epochs or BASE_EPOCHS,
+                                    peak_learning_rate=train.peak_learning_rate or BASE_PEAK)
     val_fraction = data.val_fraction if data.val_fraction is not None else (VAL_FRACTION if pairs >= SMALL_DATA_PAIRS else 0.0)
     train_pairs = max(1, round(pairs * (1 - val_fraction)))
     batch_size = train.batch_size or (64 if train_pairs >= 2000 else 32 if train_pairs >= 500 else 16)

@@ -24,6 +24,8 @@ from chatbot.startup import native_notes_quieted
 from chatbot.text import CONTROL_CHARS, WHITESPACE_RUN
 
 SPACE_BEFORE_PUNCTUATION = r" +([.,?!])"
+BYTE_PIECE = re.compile(r"(<0x[0-9A-F]{2}>)")  # SentencePiece's piece for one byte of a character it lacks
+BYTE_FALLBACK_FROM = 1000  # pieces; the 256 byte pieces would crowd out a smaller vocabulary's subwords
 
 
 def normalize_tf(texts: tf.Tensor) -> tf.Tensor:
@@ -51,7 +53,10 @@ class Tokenizer:
 
     @classmethod
     def train(cls, texts, vocab_size: int = 8000) -> "Tokenizer":
-        """Learn a unigram vocabulary of at most `vocab_size` pieces from normalised texts."""
+        """Learn a unigram vocabulary of at most `vocab_size` pieces from normalised texts. A vocabulary of
+        BYTE_FALLBACK_FROM pieces or more also holds the 256 UTF-8 bytes: a character it never saw is written
+        as its bytes and read back exactly (a model built on it can learn a new FAQ's "휠체어" or "USB");
+        a smaller one reads such a character as unknown."""
         texts = [t for t in texts if t]
         if not texts:
             raise ValueError("no text to learn a vocabulary from")
@@ -66,6 +71,7 @@ class Tokenizer:
                 character_coverage=1.0,  # keep every Hangul syllable, ㅋ/ㅠ and emoji seen in training
                 normalization_rule_name="identity",  # NFKC would turn ㅋ into a conjoining jamo; we NFC ourselves
                 split_digits=True,
+                byte_fallback=vocab_size >= BYTE_FALLBACK_FROM,
                 pad_id=PAD_ID, bos_id=START_ID, eos_id=END_ID, unk_id=UNK_ID,
                 pad_piece="<pad>", bos_piece="<s>", eos_piece="</s>", unk_piece="<unk>",
                 user_defined_symbols=list(RESERVED_TOKENS),
@@ -108,8 +114,14 @@ class Tokenizer:
 
     @staticmethod
     def join_pieces(pieces: list[str]) -> str:
-        """What `detokenize` makes of these pieces: spaces back, no leading space, none before `. , ? !`."""
-        return re.sub(SPACE_BEFORE_PUNCTUATION, r"\1", "".join(pieces).replace("\u2581", " ").lstrip(" "))
+        """What `detokenize` makes of these pieces: spaces back, no leading space, none before `. , ? !`, byte
+        pieces ("<0xED>") as the character they spell (none yet while a streamed character is incomplete)."""
+        text = "".join(pieces)
+        if BYTE_PIECE.search(text):
+            raw = b"".join(bytes([int(part[3:5], 16)]) if BYTE_PIECE.fullmatch(part) else part.encode("utf-8")
+                           for part in BYTE_PIECE.split(text) if part)
+            text = raw.decode("utf-8", errors="ignore")
+        return re.sub(SPACE_BEFORE_PUNCTUATION, r"\1", text.replace("\u2581", " ").lstrip(" "))
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         return self.tokenize(texts).to_list()

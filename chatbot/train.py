@@ -15,14 +15,15 @@ import json
 import math
 import random
 from pathlib import Path
+from typing import NamedTuple
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from chatbot.artifacts import (HISTORY_FILE, INDEX_FILE, METRICS_FILE, ArtifactError, discard_dir, kill_point,
-                               save_model_dir)
-from chatbot.config import ChatbotConfig, TokenizerConfig
+from chatbot.artifacts import (HISTORY_FILE, INDEX_FILE, METRICS_FILE, SENTENCE_FILE, ArtifactError, discard_dir,
+                               keras_bytes, kill_point, save_model_dir)
+from chatbot.config import FOR_OWN_DATA, ChatbotConfig, TokenizerConfig
 from chatbot.context import context_for, training_batches
 from chatbot.data import DataError, QAPair, split_by_question
 from chatbot.fitting import WorkerFit
@@ -30,11 +31,14 @@ from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy
 from chatbot.model import Transformer
 from chatbot.optim import transformer_optimizer
 from chatbot.pipeline import fits
-from chatbot.retrieval import Retriever, index_hash, index_json
+from chatbot.retrieval import Retriever, calibrated_threshold, index_hash, index_json
 from chatbot.schedule import fitted_to_data, learning_verdict, read_history
 from chatbot.runstate import (BACKUP_DIR, EpochBackup, PromoteFile, clear_leftovers, keep_history, note_crash,
                               prepare_state, start_state, state_dir_for)
 from chatbot.tokenizer import Tokenizer
+
+
+SENTENCE_EPOCHS = 6  # the sentence encoder's; measured in bench/retrieval.py
 
 
 def has_gpu() -> bool:
@@ -102,11 +106,41 @@ class FittedTransformer(WorkerFit, Transformer):
     go into a plain `Transformer`, which is what a model directory saves."""
 
 
-def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, resume: bool = False,
-          overwrite: bool = False, callbacks=(), verbose: int | str = "auto", log=print, strategy=None) -> Path:
-    """Train on `pairs` and write a model directory at `out_dir`. Returns its path. `strategy`: a
-    tf.distribute strategy made earlier (multi-worker: `chatbot.cluster.multi_worker_strategy()` at the
-    start of the process); None: one made from `config.train.strategy`."""
+class Base(NamedTuple):
+    """A trained model directory that a new model builds on (`load_base`): it keeps its vocabulary, its
+    network's shape and weights, its sentence encoder and its retrieval settings, and learns the new pairs."""
+
+    path: str
+    config: ChatbotConfig
+    tokenizer: Tokenizer
+    model: Transformer
+    encoder: object  # chatbot.sentence.SentenceEncoder, or None
+
+
+def load_base(path: str | Path) -> Base:
+    from chatbot.artifacts import load_model_dir
+
+    config, tokenizer, model, retriever = load_model_dir(path)
+    return Base(str(path), config, tokenizer, model, retriever.encoder if retriever is not None else None)
+
+
+def built_on(config: ChatbotConfig, base: Base) -> ChatbotConfig:
+    """`config` for a model that builds on `base`: the base's network, vocabulary, encoder input and retrieval
+    weights (what its weights were trained for), this run's data, schedule and fallback reply."""
+    retrieval = dataclasses.replace(base.config.retrieval, fallback=config.retrieval.fallback, threshold=0.0,
+                                    **(FOR_OWN_DATA if base.encoder is not None else {}))
+    context = dataclasses.replace(base.config.context, index_hash="")
+    return dataclasses.replace(config, model=base.config.model, tokenizer=base.config.tokenizer, context=context,
+                               retrieval=retrieval, base=base.path)
+
+
+def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, base: Base | None = None,
+          resume: bool = False, overwrite: bool = False, callbacks=(), verbose: int | str = "auto", log=print,
+          strategy=None) -> Path:
+    """Train on `pairs` and write a model directory at `out_dir`. Returns its path. `base`: a model to build on
+    (`load_base`; `config.base` names its directory); None: from scratch. `strategy`: a tf.distribute strategy
+    made earlier (multi-worker: `chatbot.cluster.multi_worker_strategy()` at the start of the process); None:
+    one made from `config.train.strategy`."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)  # as `save_model_dir` would, before the run's state goes beside it
     if clear_leftovers(out_dir) and resume:
@@ -115,21 +149,23 @@ def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, re
     if out_dir.exists() and not overwrite:
         raise ArtifactError(f"{out_dir} already exists; choose another --out or pass --overwrite")
     seed_generators(config.train.seed)
-    config = context_for(fitted_to_data(config, len(pairs)), pairs)
+    config = fitted_to_data(config, len(pairs), built_on_base=base is not None)
+    config = built_on(config, base) if base is not None else context_for(config, pairs)
     train_pairs, val_pairs = split_by_question(pairs, config.data.val_fraction, config.data.seed)
     state = state_dir_for(out_dir)
     tokenizer = prepare_state(state, config, resume, log)  # a resumed run goes on with its own vocabulary
     if tokenizer is None:
         # The vocabulary is learned from every pair: the saved retrieval index holds the validation pairs too,
-        # and a character the tokenizer never saw would vanish from a copied answer.
-        tokenizer = Tokenizer.train([p.question for p in pairs] + [p.answer for p in pairs],
-                                    config.tokenizer.vocab_size)
+        # and a character the tokenizer never saw would vanish from a copied answer (a base's vocabulary keeps
+        # such a character as its bytes).
+        tokenizer = base.tokenizer if base is not None else Tokenizer.train(
+            [p.question for p in pairs] + [p.answer for p in pairs], config.tokenizer.vocab_size)
         if not fits(tokenizer.tokenize([p.answer for p in train_pairs]), config.model.max_length).any():
             raise DataError("training data", f"no training answer fits in max_length {config.model.max_length} "
                             f"tokens (with its start and end tokens); raise --max-length")
         start_state(state, config, tokenizer)
     try:
-        return _fit_and_save(tokenizer, train_pairs, val_pairs, config, out_dir, overwrite=overwrite,
+        return _fit_and_save(tokenizer, train_pairs, val_pairs, config, out_dir, base=base, overwrite=overwrite,
                              callbacks=callbacks, verbose=verbose, log=log, strategy=strategy)
     except Exception as error:  # a kill leaves no note; a crash does, so the next run can tell them apart
         note_crash(state, error)
@@ -139,7 +175,8 @@ def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, re
 
 
 def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: list[QAPair], config: ChatbotConfig,
-                  out_dir: Path, *, overwrite: bool, callbacks, verbose, log, strategy=None) -> Path:
+                  out_dir: Path, *, base: Base | None = None, overwrite: bool, callbacks, verbose, log,
+                  strategy=None) -> Path:
     """The run itself, once its state directory is ready: fit from the last backup, save, clean up."""
     state = state_dir_for(out_dir)
     config = dataclasses.replace(
@@ -148,7 +185,10 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
         tokenizer=TokenizerConfig(config.tokenizer.vocab_size, tokenizer.vocab_hash))
 
     # Training and validation questions retrieve from the training pairs only; the saved index holds all.
-    retriever = Retriever(train_pairs) if config.context.retrieved else None
+    encoder = None
+    if config.context.retrieved and config.retrieval.meaning:
+        encoder = base.encoder if base is not None else _sentence_encoder(state, tokenizer, train_pairs, config, log)
+    retriever = Retriever(train_pairs, config.retrieval, encoder, tokenizer) if config.context.retrieved else None
     strategy = strategy or make_strategy(config.train.strategy)
     replicas = strategy.num_replicas_in_sync
     train_data, too_long = training_batches(tokenizer, train_pairs * config.train.repeats, config, True, retriever,
@@ -194,6 +234,9 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
     backup = EpochBackup(state / BACKUP_DIR)
     with strategy.scope():
         done = backup.restore(model)
+        if base is not None and not done:
+            model.set_weights(base.model.get_weights())
+            log(f"building on {config.base}: its vocabulary, weights and sentence encoder")
     keep_history(history_path, done)
     all_callbacks = [
         *_selection_callbacks(config, model, tokenizer, retriever, val_pairs if val_data is not None else [], staged_best,
@@ -232,9 +275,15 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
     metrics["learned"], metrics["warning"] = not verdict, verdict
     extra = {METRICS_FILE: json.dumps(metrics, indent=2).encode()}
     if config.context.retrieved:
+        threshold = calibrated_threshold(retriever, train_pairs, val_pairs)
+        config = dataclasses.replace(config, retrieval=dataclasses.replace(config.retrieval, threshold=threshold))
+        log(f"fallback: a message whose nearest training question scores below {threshold:.3f} gets "
+            f"\"{config.retrieval.fallback}\"")
         extra[INDEX_FILE] = index_json(train_pairs + val_pairs)
         config = dataclasses.replace(config, context=dataclasses.replace(config.context,
                                                                          index_hash=index_hash(extra[INDEX_FILE])))
+        if encoder is not None:
+            extra[SENTENCE_FILE] = keras_bytes(encoder)
     if history_path.is_file():
         extra[HISTORY_FILE] = history_path.read_bytes()
     save_model_dir(out_dir, config, tokenizer, inference_model, extra, overwrite=overwrite,
@@ -242,6 +291,26 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
     kill_point("saved")
     discard_dir(state)
     return out_dir
+
+
+def _sentence_encoder(state: Path, tokenizer: Tokenizer, pairs: list[QAPair], config: ChatbotConfig, log):
+    """The sentence encoder retrieval reads meaning with, trained on `pairs` (`sentence.answer_groups`), or the
+    one an interrupted run trained already (kept in its state directory)."""
+    from chatbot.sentence import SentenceEncoder, answer_groups, fit_sentence_encoder
+
+    kept = state / SENTENCE_FILE
+    if kept.is_file():
+        return keras.saving.load_model(kept, compile=False, safe_mode=True)
+    texts, groups = answer_groups(pairs)
+    log(f"sentence encoder: {len(groups):,} groups of questions that share an answer, {len(texts):,} texts, "
+        f"{SENTENCE_EPOCHS} epochs")
+    encoder = fit_sentence_encoder(tokenizer.encode(texts), groups, tokenizer.vocab_size, epochs=SENTENCE_EPOCHS,
+                                   seed=config.train.seed, verbose=2)
+    assert isinstance(encoder, SentenceEncoder)
+    temp = state / "sentence.partial.keras"
+    encoder.save(temp)
+    temp.replace(kept)
+    return encoder
 
 
 def _build(model: Transformer) -> None:

@@ -137,7 +137,8 @@ class ModelShelf:
 
 # Model sizes a web-UI retrain offers; the schedule (batch, epochs, warmup) is chatbot.schedule's, as for
 # the CLI. Dropout off: in a short run it slowed learning on small CSVs many times over.
-TRAINING_SIZES = {  # name: (model, tokenizer vocabulary target)
+BUILT_ON = "built-on"  # a retrain that builds on the startup model (`chatbot.train.load_base`)
+TRAINING_SIZES = {  # name: (model, tokenizer vocabulary target), trained from scratch
     "tiny": (ModelConfig(num_layers=1, d_model=32, num_heads=2, dff=64, dropout=0.0, max_length=24), 2000),
     "small": (ModelConfig(num_layers=2, d_model=64, num_heads=4, dff=256, dropout=0.0), 4000),
     "base": (ModelConfig(dropout=0.0), 4000),
@@ -176,11 +177,12 @@ def inside(file: Path, folders: typing.Sequence[str | Path]) -> bool:
     return resolved.is_file() and any(resolved.is_relative_to(Path(folder).resolve()) for folder in folders)
 
 
-def training_config(epochs: int | None = None, size: str = "base") -> ChatbotConfig:
-    """The settings a retrain from the web UI uses, by model size; epochs 0 or None: fitted to the data."""
-    if size not in TRAINING_SIZES:
-        raise ValueError(f"모델 크기는 {', '.join(TRAINING_SIZES)} 중 하나여야 해요 (받은 값: {size!r})")
-    model, vocab_size = TRAINING_SIZES[size]
+def training_config(epochs: int | None = None, size: str = BUILT_ON) -> ChatbotConfig:
+    """The settings a retrain from the web UI uses, by model size (`BUILT_ON`: the app's startup model's, which
+    the new model builds on); epochs 0 or None: fitted to the data."""
+    if size not in (BUILT_ON, *TRAINING_SIZES):
+        raise ValueError(f"모델 크기는 {', '.join((BUILT_ON, *TRAINING_SIZES))} 중 하나여야 해요 (받은 값: {size!r})")
+    model, vocab_size = TRAINING_SIZES["base" if size == BUILT_ON else size]
     return ChatbotConfig(model=model, tokenizer=TokenizerConfig(vocab_size=vocab_size), data=DataConfig(),
                          train=TrainConfig(epochs=int(epochs) if epochs else None))
 
@@ -249,25 +251,27 @@ class BackgroundTrainer:
         self.root = root
         self._lock = threading.Lock()
 
-    def start(self, pairs, config: ChatbotConfig, stem: str) -> TrainingJob | None:
-        """Start training and return its job, or None when another training is running."""
+    def start(self, pairs, config: ChatbotConfig, stem: str, base: str | Path | None = None) -> TrainingJob | None:
+        """Start training (on the model directory `base`, or from scratch) and return its job, or None when
+        another training is running."""
         if not self._lock.acquire(blocking=False):
             return None
         try:
-            config = fitted_to_data(config, len(pairs))  # as `train` would: the job knows its epochs
+            config = fitted_to_data(config, len(pairs), built_on_base=base is not None)  # the job knows its epochs
             job = TrainingJob(unique_model_dir(self.root, stem), config.train.epochs)
-            threading.Thread(target=self._run, args=(job, pairs, config), daemon=True,
+            threading.Thread(target=self._run, args=(job, pairs, config, base), daemon=True,
                              name=f"train-{job.out_dir.name}").start()
         except BaseException:
             self._lock.release()
             raise
         return job
 
-    def _run(self, job: TrainingJob, pairs, config: ChatbotConfig) -> None:
-        from chatbot.train import state_dir_for, train
+    def _run(self, job: TrainingJob, pairs, config: ChatbotConfig, base: str | Path | None) -> None:
+        from chatbot.train import load_base, state_dir_for, train
 
         try:
-            train(pairs, config, job.out_dir, callbacks=[progress_callback(job)], verbose=0, log=job.log)
+            train(pairs, config, job.out_dir, base=None if base is None else load_base(base),
+                  callbacks=[progress_callback(job)], verbose=0, log=job.log)
         except Exception as error:  # shown in the UI; the half-done run is of no use to a web user
             job.error = f"{type(error).__name__}: {error}"
             shutil.rmtree(state_dir_for(job.out_dir), ignore_errors=True)

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from chatbot.artifacts import (CONFIG_FILE, INDEX_FILE, MODEL_FILE, TOKENIZER_FILE, ArtifactError, atomic_write_bytes,
-                               check_model_dir, load_model_dir, save_model_dir)
+from chatbot.artifacts import (CONFIG_FILE, INDEX_FILE, MODEL_FILE, SENTENCE_FILE, TOKENIZER_FILE, ArtifactError,
+                               atomic_write_bytes, check_model_dir, load_model_dir, save_model_dir)
 
 
 def copy_of(model_dir, tmp_path, name="copy"):
@@ -88,7 +88,7 @@ def test_a_directory_swapped_while_loading_is_never_mixed(tiny_model_dir, tmp_pa
 
 def test_saving_replaces_only_when_asked_and_leaves_no_temporary(tiny_model_dir, tmp_path):
     config, tokenizer, model, _ = load_model_dir(tiny_model_dir)
-    index = {INDEX_FILE: (tiny_model_dir / INDEX_FILE).read_bytes()}
+    index = {name: (tiny_model_dir / name).read_bytes() for name in (INDEX_FILE, SENTENCE_FILE)}
     out = save_model_dir(tmp_path / "saved", config, tokenizer, model, {**index, "note.txt": b"hi"})
     assert check_model_dir(out) == config and (out / "note.txt").read_bytes() == b"hi"
     before = (out / MODEL_FILE).read_bytes()

@@ -68,7 +68,7 @@ def test_a_mistake_in_flags_cluster_csv_or_model_is_said_before_tensorflow_loads
     as a process that loaded TensorFlow once cannot show whether the next mistake would have loaded it."""
     csv, out, nothing = write_csv(tmp_path / "d.csv", TINY_PAIRS), tmp_path / "m", tmp_path / "nothing"
     mistakes = {  # command line -> what its error line says
-        ("train", "--data", csv, "--out", out, "--d-model", "30"): "divisible",
+        ("train", "--from-scratch", "--data", csv, "--out", out, "--d-model", "30"): "divisible",
         ("train", "--data", csv, "--out", out, "--strategy", "multi-worker"): "TF_CONFIG",
         ("train", "--data", tmp_path / "missing.csv", "--out", out): "not found",
         ("train", "--data", csv, "--out", tmp_path): "already exists",
@@ -99,7 +99,7 @@ def test_bad_csvs_give_one_error_line_and_no_output(tmp_path, capsys):
 
 def test_bad_settings_are_user_errors(tmp_path, capsys, tiny_model_dir):
     csv = write_csv(tmp_path / "ok.csv", TINY_PAIRS)
-    assert_user_error(*main(capsys, "train", "--data", csv, "--out", tmp_path / "m", "--d-model", "30",
+    assert_user_error(*main(capsys, "train", "--from-scratch", "--data", csv, "--out", tmp_path / "m", "--d-model", "30",
                             "--num-heads", "4")[::2], "divisible")
     assert_user_error(*main(capsys, "chat", "--model", tmp_path / "nothing", "-q", "안녕")[::2], "no model directory")
     assert_user_error(*main(capsys, "chat", "--model", tiny_model_dir, "-q", "x", "--temperature", "0")[::2],
@@ -224,7 +224,7 @@ def test_train_reads_several_csvs_with_a_report_each_and_a_total(tmp_path, capsy
 
 def train_args(tmp_path, *extra, out=None):
     csv = write_csv(tmp_path / "ok.csv", TINY_PAIRS)
-    return ["train", "--data", csv, "--out", out or tmp_path / "m", "--epochs", "1", *extra]
+    return ["train", "--from-scratch", "--data", csv, "--out", out or tmp_path / "m", "--epochs", "1", *extra]
 
 
 @pytest.mark.parametrize("extra, words", [
@@ -451,7 +451,7 @@ def test_a_max_length_no_answer_fits_is_one_error_line_before_training(tmp_path,
     rows = [(q, "그 마음 충분히 이해해요. 오늘은 천천히 쉬면서 좋아하는 음악을 들어 봐요.", label)
             for q, _, label in TINY_PAIRS]
     csv = write_csv(tmp_path / "long_answers.csv", rows)
-    status, _, err = main(capsys, "train", "--data", csv, "--out", tmp_path / "m", "--max-length", "4")
+    status, _, err = main(capsys, "train", "--from-scratch", "--data", csv, "--out", tmp_path / "m", "--max-length", "4")
     assert_user_error(status, err, "no training answer fits", "max_length 4")
     assert not (tmp_path / "m").exists() and not (tmp_path / "m.training").exists()
 
@@ -466,7 +466,7 @@ def test_train_makes_the_folders_above_its_out(tmp_path, capsys):
 def test_the_log_counts_each_pair_skipped_for_a_long_answer_once_not_once_per_repeat(tmp_path, capsys):
     long = "오늘 하루도 정말 고생 많았어요. 따뜻한 물 한 잔 마시고 좋아하는 음악을 들으면서 천천히 쉬어 보세요. 내일은 분명 더 나을 거예요."
     rows = [*TINY_PAIRS, ("진짜 너무 지쳤어", long, 1), ("오늘 하루 길었다", long + " 푹 자요.", 0)]
-    status, out, err = main(capsys, "train", "--data", write_csv(tmp_path / "long.csv", rows), "--out", tmp_path / "m",
+    status, out, err = main(capsys, "train", "--from-scratch", "--data", write_csv(tmp_path / "long.csv", rows), "--out", tmp_path / "m",
                             "--epochs", "1", "--repeats", "3", "--max-length", "24")
     assert status == 0, err
     assert "2 training pairs skipped: their answer is longer than 24 tokens" in out

@@ -13,7 +13,7 @@ import pytest
 from chatbot.cluster import ClusterRole, read_tf_config, worker_out_dir
 from conftest import PORT_ATTEMPTS, ROOT, TINY_PAIRS, unused_port, write_csv
 
-TINY_MODEL = ["--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--dff", "64", "--vocab-size", "200",
+TINY_MODEL = ["--from-scratch", "--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--dff", "64", "--vocab-size", "200",
               "--max-length", "16", "--epochs", "1", "--batch-size", "16", "--repeats", "1"]
 
 

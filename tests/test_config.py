@@ -68,7 +68,8 @@ def test_every_training_setting_with_a_help_is_a_train_flag_with_its_default():
     from chatbot.cli import build_parser, training_config
 
     required = ["train", "--data", "a.csv", "--out", "m"]
-    assert training_config(build_parser().parse_args(required)) == ChatbotConfig(data=DataConfig(paths=("a.csv",)))
+    assert training_config(build_parser().parse_args(required)) == ChatbotConfig(data=DataConfig(paths=("a.csv",)),
+                                                                                 base="models/default")
     args = build_parser().parse_args([*required, "--data", "b.csv", "--d-model", "64", "--vocab-size", "500",
                                       "--no-tone", "--neighbour-questions", "--shared-embeddings", "--epochs", "3",
                                       "--no-xla", "--val-fraction", "0.2", "--seed", "7", "--strategy", "mirrored"])

@@ -70,8 +70,8 @@ def test_a_recurring_retrieved_answer_wins_over_a_lone_one(tiny_bot):
     generated = tf.constant([rows[1]], tf.int32)
     _, options = tiny_bot.options()
     cross_cache = decoder.encode(encoder_ids)
-    chosen = decoder.rerank(Prepared(encoder_ids, retrieved, tf.constant([[0.5, 0.5, 0.5]])), cross_cache, generated,
-                            options)
+    chosen = decoder.rerank(Prepared(encoder_ids, retrieved, tf.constant([[0.5, 0.5, 0.5]]), tf.ones([1])), cross_cache,
+                            generated, options)
     assert chosen.numpy()[0].tolist() == rows[0]
 
 
@@ -201,7 +201,7 @@ def toy_replies(model, encoder_ids=(QUESTION,), **settings):
     rows = len(encoder_ids)
     width = max(map(len, encoder_ids))
     encoder_ids = tf.constant([list(row) + [PAD_ID] * (width - len(row)) for row in encoder_ids], tf.int32)
-    prepared = Prepared(encoder_ids, tf.zeros([rows, 0, model.max_length], tf.int32), tf.zeros([rows, 0]))
+    prepared = Prepared(encoder_ids, tf.zeros([rows, 0, model.max_length], tf.int32), tf.zeros([rows, 0]), tf.ones([rows]))
     ids = decoder.graphs_for(decoder.plan(settings)).loop(prepared, Options.of(settings, model.max_length, 0))
     return [[token for token in row if token != PAD_ID] for row in ids.numpy().tolist()]
 

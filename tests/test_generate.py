@@ -265,7 +265,7 @@ def test_sweeping_valid_static_options_keeps_memory_bounded(tiny_model_dir):
 def test_details_say_when_a_reply_is_a_training_answer_and_which_question_it_answered(tiny_bot):
     copied = tiny_bot.reply("배고파", details=True)
     assert copied == {"reply": "맛있는 거 드세요.", "copied": True, "source_question": "배고파",
-                      "nearest_question": "배고파"}
+                      "nearest_question": "배고파", "fallback": False}
     written = tiny_bot.reply("배고파", details=True, max_new_tokens=1, candidates=0)  # cut short: no training answer
     assert written["copied"] is False and written["source_question"] is None
     assert written["nearest_question"] == "배고파"

@@ -96,7 +96,7 @@ def test_a_state_folder_with_only_backups_is_one_clear_error_on_resume_and_repla
         train(pairs, tiny_config(epochs=1, repeats=1), out, resume=True, **QUIET)
 
     csv = write_csv(tmp_path / "pairs.csv", TINY_PAIRS)
-    status = cli.main(["train", "--data", str(csv), "--out", str(out), "--resume"])
+    status = cli.main(["train", "--from-scratch", "--data", str(csv), "--out", str(out), "--resume"])
     err = capsys.readouterr().err
     assert status == 2 and err.startswith("error: cannot resume") and err.count("\n") == 1, err
 
@@ -135,7 +135,7 @@ EPOCHS = 3
 
 
 def train_command(out, *extra):
-    return [sys.executable, "-m", "chatbot", "train", "--data", str(ROOT / "data" / "examples" / "library_faq.csv"),
+    return [sys.executable, "-m", "chatbot", "train", "--from-scratch", "--data", str(ROOT / "data" / "examples" / "library_faq.csv"),
             "--out", str(out), "--epochs", str(EPOCHS), "--num-layers", "1", "--d-model", "16", "--num-heads", "2",
             "--dff", "32", "--max-length", "16", "--vocab-size", "600", "--val-fraction", "0.05",
             "--batch-size", "16", "--warmup-steps", "50", "--select", "loss",

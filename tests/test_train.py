@@ -89,7 +89,7 @@ def test_existing_output_is_never_overwritten_without_asking(tiny_model_dir):
 
 
 def _train_command(csv, out, *extra):
-    return [sys.executable, "-m", "chatbot", "train", "--data", str(csv), "--out", str(out), "--epochs", "6",
+    return [sys.executable, "-m", "chatbot", "train", "--from-scratch", "--data", str(csv), "--out", str(out), "--epochs", "6",
             "--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--dff", "64", "--max-length", "16",
             "--vocab-size", "200", "--val-fraction", "0.2", "--batch-size", "8", "--warmup-steps", "50", *extra]
 
