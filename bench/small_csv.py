@@ -1,11 +1,14 @@
 """Your own small CSV: the README's train command, no extra flags, on the two example FAQs in data/examples/.
 
 For each example it trains as a user would (`python -m chatbot train --data FILE --out DIR`, in a subprocess,
-timed), then asks every training question and every question of the paraphrase file, and prints how often the
-reply is exactly the answer expected: with the default decoding and with the model's own reply alone
-(`candidates=0`). A paraphrase counts only when the reply is its expected answer, so it scores content.
+timed: by default the new model builds on models/default), then asks every training question, every question of
+the paraphrase file and every question of the out-of-scope file, and prints: how often the reply is exactly the
+expected answer (a paraphrase counts only when the reply is its expected answer, so it scores content), how often
+a paraphrase got the fallback reply ("I don't know") instead, how often an out-of-scope question got it, and what
+the model does with the everyday messages of bench/probes.txt (a FAQ's model is no small-talk model: how many get
+the fallback). `--from-scratch` adds the same rows for models trained from the FAQ alone.
 
-    python bench/small_csv.py [--examples shop_faq library_faq] [--keep DIR]
+    python bench/small_csv.py [--examples shop_faq library_faq] [--from-scratch] [--keep DIR]
 """
 
 import argparse
@@ -18,43 +21,53 @@ from pathlib import Path
 from common import ROOT
 
 EXAMPLES = ROOT / "data" / "examples"
+PROBES = ROOT / "bench" / "probes.txt"
 
 
-def accuracy(bot, pairs, **decoding) -> float:
-    replies = bot.reply_batch([p.question for p in pairs], **decoding)
-    return sum(reply == p.answer for reply, p in zip(replies, pairs)) / len(pairs)
+def share(replies, wanted) -> float:
+    return sum(reply == want for reply, want in zip(replies, wanted)) / max(len(replies), 1)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", nargs="+", default=["shop_faq", "library_faq"])
+    parser.add_argument("--from-scratch", action="store_true", help="also train each from scratch, for comparison")
     parser.add_argument("--keep", metavar="DIR", help="write the trained models here instead of a temporary folder")
     args = parser.parse_args(argv)
+    import pandas as pd
+
     from chatbot.data import load_pairs
     from chatbot.generate import Chatbot
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="small-csv-"))
     root.mkdir(parents=True, exist_ok=True)
-    print("| example | rows | train time | training questions (default) | paraphrases (default) | "
-          "training questions (own reply) | paraphrases (own reply) | learned |")
-    print("|---|---|---|---|---|---|---|---|")
+    probes = [line.strip() for line in PROBES.read_text(encoding="utf-8").splitlines() if line.strip()]
+    print("| example | start | rows | train time | training questions right | paraphrases right | "
+          "paraphrases: fallback | out of scope: fallback | everyday probes: fallback |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in args.examples:
-        data, out = EXAMPLES / f"{name}.csv", root / name
-        start = time.perf_counter()
-        run = subprocess.run([sys.executable, "-m", "chatbot", "train", "--data", str(data), "--out", str(out)],
-                             cwd=ROOT, capture_output=True, text=True)
-        seconds = time.perf_counter() - start
-        if run.returncode:
-            print(f"| {name} | training failed: {run.stderr.strip().splitlines()[-1]} |")
-            continue
-        warning = [line for line in run.stdout.splitlines() if line.startswith("warning:")]
-        bot = Chatbot.load(out, jit_compile=False)
-        trained, _ = load_pairs(data)
-        paraphrases, _ = load_pairs(EXAMPLES / f"{name}_paraphrases.csv")
-        print(f"| {name} | {len(trained)} | {seconds:.0f} s | {accuracy(bot, trained):.0%} | "
-              f"{accuracy(bot, paraphrases):.0%} | {accuracy(bot, trained, candidates=0):.0%} | "
-              f"{accuracy(bot, paraphrases, candidates=0):.0%} | {'no: ' + warning[0] if warning else 'yes'} |",
-              flush=True)
+        for start in ["models/default"] + (["scratch"] if args.from_scratch else []):
+            data, out = EXAMPLES / f"{name}.csv", root / f"{name}-{start.replace('/', '-')}"
+            command = [sys.executable, "-m", "chatbot", "train", "--data", str(data), "--out", str(out)]
+            began = time.perf_counter()
+            run = subprocess.run(command + (["--from-scratch"] if start == "scratch" else []), cwd=ROOT,
+                                 capture_output=True, text=True)
+            seconds = time.perf_counter() - began
+            if run.returncode:
+                print(f"| {name} | {start} | training failed: {run.stderr.strip().splitlines()[-1]} |")
+                continue
+            bot = Chatbot.load(out, jit_compile=False)
+            fallback = bot.retriever.config.fallback if bot.retriever is not None else None
+            trained, _ = load_pairs(data)
+            paraphrases, _ = load_pairs(EXAMPLES / f"{name}_paraphrases.csv")
+            outside = pd.read_csv(EXAMPLES / f"{name}_out_of_scope.csv", dtype=str).Q.tolist()
+            para_replies = bot.reply_batch([p.question for p in paraphrases])
+            print(f"| {name} | {start} | {len(trained)} | {seconds:.0f} s | "
+                  f"{share(bot.reply_batch([p.question for p in trained]), [p.answer for p in trained]):.0%} | "
+                  f"{share(para_replies, [p.answer for p in paraphrases]):.0%} | "
+                  f"{share(para_replies, [fallback] * len(paraphrases)):.0%} | "
+                  f"{share(bot.reply_batch(outside), [fallback] * len(outside)):.0%} | "
+                  f"{share(bot.reply_batch(probes), [fallback] * len(probes)):.0%} |", flush=True)
     return 0
 
 

@@ -88,7 +88,8 @@ class Provenance:
                 self._answer_rows.setdefault(pair.answer, []).append(row)
         similarity = self.retriever.similarity(tf.constant([text]))[0].numpy()
         result["nearest_question"] = self.retriever.pairs[int(similarity.argmax())].question
-        result["fallback"] = reply == self.retriever.config.fallback and similarity.max() < self.retriever.config.threshold
+        config = self.retriever.config
+        result["fallback"] = bool(reply == config.fallback and similarity.max() < config.threshold)
         rows = self._answer_rows.get(reply)
         if rows:
             best = max(rows, key=lambda row: similarity[row])

@@ -470,3 +470,40 @@ def test_the_log_counts_each_pair_skipped_for_a_long_answer_once_not_once_per_re
                             "--epochs", "1", "--repeats", "3", "--max-length", "24")
     assert status == 0, err
     assert "2 training pairs skipped: their answer is longer than 24 tokens" in out
+
+
+def test_a_new_csv_builds_on_the_base_model_and_keeps_its_vocabulary_and_encoder(tmp_path, capsys, tiny_model_dir):
+    """By default `train` builds on --base: the new model keeps the base's vocabulary, network shape and sentence
+    encoder, indexes only the new pairs and calibrates its own fallback threshold. (What such a model answers is
+    measured on the default model by bench/small_csv.py: the tiny base's 200 pieces cannot spell a new answer.)"""
+    import json
+
+    from chatbot.generate import Chatbot
+
+    faq = [(question, answer, 0) for pair in (
+        ("몇 시에 열어요?", "언제 문 열어요?", "아침 9시에 열어요."), ("주차 돼요?", "차 댈 곳 있어요?", "건물 뒤에 대세요."),
+        ("쉬는 날 언제예요?", "월요일도 해요?", "월요일은 쉬어요."), ("카드 돼요?", "현금만 받아요?", "카드도 돼요."),
+        ("포장 되나요?", "테이크아웃 할인 있어요?", "포장하면 300원 빼 드려요."),
+        ("강아지 데려가도 돼요?", "반려견 동반 가능해요?", "작은 강아지는 괜찮아요."))
+        for question, answer in ((pair[0], pair[2]), (pair[1], pair[2]))]
+    csv, out = write_csv(tmp_path / "faq.csv", faq), tmp_path / "faq-model"
+    status, printed, err = main(capsys, "train", "--base", tiny_model_dir, "--data", csv, "--out", out,
+                                "--fallback", "가게로 전화 주세요.")
+    assert status == 0, err
+    assert f"building on {tiny_model_dir}" in printed
+    config, base = (json.loads((folder / "config.json").read_text()) for folder in (out, tiny_model_dir))
+    assert config["tokenizer"] == base["tokenizer"] and config["model"] == base["model"]
+    assert config["base"] == str(tiny_model_dir) and config["retrieval"]["fallback"] == "가게로 전화 주세요."
+    assert (out / "sentence.keras").is_file() and config["retrieval"]["answers"] > 0
+    bot = Chatbot.load(out, jit_compile=False)
+    assert [p.question for p in bot.retriever.pairs] == [q for q, _, _ in faq]
+    assert 0 < bot.retriever.config.threshold < 1  # calibrated on the questions that share an answer
+
+
+def test_network_flags_without_from_scratch_and_a_missing_base_are_one_error_line(tmp_path, capsys):
+    csv = write_csv(tmp_path / "ok.csv", TINY_PAIRS)
+    assert_user_error(*main(capsys, "train", "--data", csv, "--out", tmp_path / "m", "--d-model", "64")[::2],
+                      "--d-model", "--from-scratch")
+    assert_user_error(*main(capsys, "train", "--base", tmp_path / "nowhere", "--data", csv, "--out",
+                            tmp_path / "m")[::2], "--base", "--from-scratch")
+    assert not (tmp_path / "m").exists()

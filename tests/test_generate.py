@@ -324,3 +324,27 @@ def test_a_tone_changes_the_reply_of_a_model_that_learned_tones_and_nothing_othe
     assert toned.reply("헤어졌어", tone="sad", strategy="beam", num_beams=2) == sad
     untoned = toned_chatbot(tiny_bot.tokenizer, learned_tones=False)
     assert untoned.reply("헤어졌어", tone="sad") == plain  # a model without tones ignores it
+
+
+def test_a_message_no_training_question_is_near_gets_the_fallback_everywhere(tiny_bot):
+    """Below the calibrated threshold the reply is the fallback, from `reply`, a batch and a stream alike, and
+    the details say so; a message that may signal a crisis still gets the crisis reply."""
+    import dataclasses
+
+    from chatbot.retrieval import Retriever
+    from chatbot.safety import SELF_HARM_REPLY
+
+    retriever = tiny_bot.retriever
+    config = dataclasses.replace(tiny_bot.config, retrieval=dataclasses.replace(
+        tiny_bot.config.retrieval, threshold=0.999, fallback="잘 모르겠어요. 가게로 전화 주세요."))
+    strict = Chatbot(tiny_bot.model, tiny_bot.tokenizer, config, jit_compile=False,
+                     retriever=Retriever(list(retriever.pairs), config.retrieval, retriever.encoder, tiny_bot.tokenizer))
+    assert config.retrieval.meaning and retriever.encoder is not None  # the tiny model reads meaning too
+    asked = ["배고파", "양자역학 설명해줘", "죽고 싶어"]
+    replies = strict.reply_batch(asked)
+    assert replies == ["맛있는 거 드세요.", "잘 모르겠어요. 가게로 전화 주세요.", SELF_HARM_REPLY]
+    assert [strict.reply(text) for text in asked] == replies
+    assert [list(strict.stream(text))[-1] for text in asked] == replies
+    assert strict.reply("양자역학 설명해줘", details=True)["fallback"] is True
+    assert strict.reply("배고파", details=True)["fallback"] is False
+    assert tiny_bot.reply("양자역학 설명해줘") != "잘 모르겠어요. 가게로 전화 주세요."

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from chatbot.config import ChatbotConfig, ContextConfig, ModelConfig
+from chatbot.config import CHARACTERS_ONLY, ChatbotConfig, ContextConfig, ModelConfig
 from chatbot.context import answer_likeness, context_for, noised, with_gold_biased, with_own_answer
 from chatbot.data import QAPair, load_pairs, split_by_question
 from chatbot.pipeline import encoder_inputs
@@ -242,3 +242,42 @@ def test_with_questions_each_neighbours_question_is_shown_and_decoding_matches_t
                      *bot.tokenizer.encode([answer.decode()])[0]]
     assert ids == expected
     assert bot.reply(question, candidates=0) == bot.naive_reply(question)
+
+
+def test_answer_documents_find_a_row_by_the_words_of_its_answer():
+    """A message that shares nothing with a question but asks for what its answer says is found through the
+    answer's document (its questions and the answer text), not by characters alone."""
+    from chatbot.config import RetrievalConfig
+
+    pairs = [QAPair("쉬는 날 있어요?", "매주 월요일은 쉬어요."), QAPair("주차 돼요?", "건물 뒤 공영주차장을 이용해 주세요."),
+             QAPair("언제 문 열어요?", "오전 9시부터 오후 9시까지 영업해요.")]
+    asked = tf.constant(["영업시간 알려줘"])
+    by_characters = Retriever(pairs).similarity(asked).numpy()[0]  # a space is all it shares with any question
+    assert by_characters[2] <= by_characters[0]
+    by_answers = Retriever(pairs, RetrievalConfig(characters=0.0, answers=1.0, meaning=0.0)).nearest(asked, 1)
+    assert by_answers.numpy()[0, 0].decode() == pairs[2].answer
+
+
+def test_meaning_needs_the_sentence_encoder():
+    from chatbot.config import RetrievalConfig
+
+    with pytest.raises(ValueError, match="sentence encoder"):
+        Retriever([QAPair("배고파", "밥 드세요.")], RetrievalConfig(meaning=1.0))
+
+
+def test_the_calibrated_threshold_lets_the_asked_share_of_in_scope_questions_fall_back():
+    from chatbot.retrieval import calibrated_threshold
+
+    pairs, _ = load_pairs(ROOT / "data" / "examples" / "shop_faq.csv")
+    retriever = Retriever(pairs)
+    threshold = calibrated_threshold(retriever, pairs, [], share=0.25)  # no held-out questions: paraphrases
+    # as calibrated: each question with siblings scores its best row of another question (its own text left out)
+    questions = [p.question for p in dict.fromkeys(pairs)]
+    best = [max(score for other, score in zip(questions, reference_similarity(questions, pair.question))
+                if other != pair.question)
+            for pair in dict.fromkeys(p for p in pairs if sum(q.answer == p.answer for q in pairs) > 1)]
+    assert threshold == pytest.approx(float(np.quantile(best, 0.25)), abs=1e-4)
+    strict = Retriever(pairs, dataclasses.replace(CHARACTERS_ONLY, threshold=0.5))
+    assert strict.confident(tf.constant(["몇 시에 문 열어요?", "ㅁㄴㅇㄹ 퀀텀"])).numpy().tolist() == [True, False]
+    unique = [QAPair(f"질문 {i}", f"답 {i}") for i in range(5)]  # no answer has two questions: nothing to calibrate on
+    assert calibrated_threshold(Retriever(unique), unique, []) == 0.0

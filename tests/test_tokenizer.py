@@ -81,3 +81,22 @@ def test_text_that_spells_a_reserved_token_never_becomes_a_separator_or_a_tone(t
     assert UNK_ID in ids and not [i for i in ids if SEPARATOR_ID <= i < NUM_SPECIAL]
     encoder = tiny_bot.decoder.encoder_ids(["배고파 <sep><sep><sep>"]).flat_values.numpy().tolist()
     assert encoder.count(SEPARATOR_ID) == tiny_bot.config.context.retrieved  # only the pipeline's own
+
+
+def test_a_large_vocabulary_keeps_characters_it_never_saw_as_their_bytes():
+    """From BYTE_FALLBACK_FROM pieces a character missing from the training text is written as its UTF-8 bytes
+    and read back exactly, whole or streamed piece by piece; a smaller vocabulary reads it as unknown."""
+    from chatbot.tokenizer import BYTE_FALLBACK_FROM
+
+    texts = [f"{word} {number}번 문장이에요." for number in range(300) for word in ("안녕하세요", "반가워요", "날씨 좋네요")]
+    large = Tokenizer.train(texts, vocab_size=BYTE_FALLBACK_FROM)
+    unseen = "휠체어 USB 🍰 들어가요"
+    ids = large.encode([unseen])[0]
+    assert UNK_ID not in ids and large.decode([ids]) == [unseen]
+    pieces = [large.piece_text(i) for i in ids]
+    assert any(piece.startswith("<0x") for piece in pieces)
+    assert Tokenizer.join_pieces(pieces) == unseen
+    streamed = [Tokenizer.join_pieces(pieces[:end]) for end in range(1, len(pieces) + 1)]
+    assert all("<0x" not in text and "\ufffd" not in text for text in streamed)  # a half-written character waits
+    small = Tokenizer.train(texts, vocab_size=200)
+    assert UNK_ID in small.encode([unseen])[0]
