@@ -39,7 +39,7 @@ EXAMPLES = ["안녕하세요", "오늘 너무 피곤해", "헤어지고 밥이 �
 BAD_SETTINGS = "생성 설정 값이 올바르지 않아요"
 EMPTY_REPLY = "질문을 입력해 주세요. 무엇이든 편하게 물어보세요!"
 BUSY_MESSAGE = "다른 학습이 진행 중이에요. 그 학습이 끝난 뒤에 다시 시도해 주세요."
-SIZE_CHOICES = [("시작 모델 위에 (추천: 다른 말로 물어도 알아듣고 일상 대화도 해요, 명령줄 train과 같음)", "built-on"),
+SIZE_CHOICES = [("시작 모델 위에 (추천: 다른 말로 물어도 더 잘 알아들어요, 명령줄 train과 같음)", "built-on"),
                 ("처음부터 아주 작게 (시험용, 몇 초)", "tiny"), ("처음부터 작게 (CPU에서 몇 분)", "small"),
                 ("처음부터 기본 크기 (설계값)", "base")]
 # For demo.launch(); the handlers check sizes too. show_error: what Gradio itself refuses says why.

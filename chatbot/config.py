@@ -144,6 +144,9 @@ class RetrievalConfig:
     threshold: float = 0.0
     fallback: str = _flag(FALLBACK_REPLY, "what the model says when no training question is close enough in "
                                           "meaning (e.g. your phone number)", metavar="TEXT")
+    fallback_share: float = _flag(0.05, "share of in-scope questions (held out, or new wordings of a training "
+                                        "question) allowed to get the fallback: sets the threshold; 0: never",
+                                  metavar="SHARE")
 
     def __post_init__(self):
         for name in ("characters", "answers", "meaning", "threshold"):
@@ -154,6 +157,9 @@ class RetrievalConfig:
             raise ValueError("retrieval needs a positive weight for characters, answers or meaning")
         if not isinstance(self.fallback, str) or not self.fallback.strip():
             raise ValueError("the fallback reply must be a non-empty text")
+        if isinstance(self.fallback_share, bool) or not isinstance(self.fallback_share, numbers.Real) \
+                or not 0.0 <= self.fallback_share < 1.0:
+            raise ValueError(f"fallback_share must be in [0, 1), got {self.fallback_share!r}")
 
     @property
     def total(self) -> float:

@@ -285,14 +285,11 @@ def index_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-# Share of in-scope questions (held out, or a training question against its paraphrases) that the calibrated
-# threshold lets fall back: measured against questions no FAQ covers in bench/retrieval.py.
-FALLBACK_SHARE = 0.05
 MIN_CALIBRATION = 10  # in-scope questions needed to calibrate at all (fewer: no fallback)
 
 
 def calibrated_threshold(retriever: Retriever, train_pairs: list[QAPair], val_pairs: list[QAPair],
-                         share: float = FALLBACK_SHARE, batch_size: int = 256) -> float:
+                         share: float = 0.05, batch_size: int = 256) -> float:
     """The score below which a message gets the fallback reply: the `share` quantile of in-scope questions'
     best scores. In-scope questions are the held-out ones (`val_pairs`, retrieving from the training pairs), or
     without any, each training question whose answer has other questions, retrieving with its own text left
@@ -306,7 +303,7 @@ def calibrated_threshold(retriever: Retriever, train_pairs: list[QAPair], val_pa
             asked.setdefault(pair.answer, set()).add(pair.question)
         questions = list(dict.fromkeys(p.question for p in train_pairs if len(asked[p.answer]) > 1))
         leave_out = True
-    if len(questions) < MIN_CALIBRATION:
+    if len(questions) < MIN_CALIBRATION or not share:
         return 0.0
     best = []
     for first in range(0, len(questions), batch_size):

@@ -128,6 +128,7 @@ def built_on(config: ChatbotConfig, base: Base) -> ChatbotConfig:
     """`config` for a model that builds on `base`: the base's network, vocabulary, encoder input and retrieval
     weights (what its weights were trained for), this run's data, schedule and fallback reply."""
     retrieval = dataclasses.replace(base.config.retrieval, fallback=config.retrieval.fallback, threshold=0.0,
+                                    fallback_share=config.retrieval.fallback_share,
                                     **(FOR_OWN_DATA if base.encoder is not None else {}))
     context = dataclasses.replace(base.config.context, index_hash="")
     return dataclasses.replace(config, model=base.config.model, tokenizer=base.config.tokenizer, context=context,
@@ -275,7 +276,7 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
     metrics["learned"], metrics["warning"] = not verdict, verdict
     extra = {METRICS_FILE: json.dumps(metrics, indent=2).encode()}
     if config.context.retrieved:
-        threshold = calibrated_threshold(retriever, train_pairs, val_pairs)
+        threshold = calibrated_threshold(retriever, train_pairs, val_pairs, config.retrieval.fallback_share)
         config = dataclasses.replace(config, retrieval=dataclasses.replace(config.retrieval, threshold=threshold))
         log(f"fallback: a message whose nearest training question scores below {threshold:.3f} gets "
             f"\"{config.retrieval.fallback}\"")

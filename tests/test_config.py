@@ -165,3 +165,21 @@ def test_loose_values_that_say_something_else_are_refused_not_bent(values, words
 def test_loose_values_that_say_a_number_exactly_are_taken():
     config = GenerationConfig.from_values({"num_beams": 4.0, "top_k": "7", "temperature": "0.5", "seed": "-1"})
     assert (config.num_beams, config.top_k, config.temperature, config.seed) == (4, 7, 0.5, None)
+
+
+def test_retrieval_settings_round_trip_and_a_config_written_before_them_reads_characters_only():
+    import json
+
+    from chatbot.config import CHARACTERS_ONLY, RetrievalConfig
+
+    config = ChatbotConfig(retrieval=RetrievalConfig(threshold=0.41, fallback="가게로 전화 주세요.", fallback_share=0.1),
+                           base="models/default")
+    assert ChatbotConfig.from_json(config.to_json()) == config
+    raw = json.loads(config.to_json())
+    del raw["retrieval"], raw["base"]
+    older = ChatbotConfig.from_json(json.dumps(raw))
+    assert older.retrieval == CHARACTERS_ONLY and older.retrieval.threshold == 0.0 and older.base == ""
+    for bad in ({"fallback": " "}, {"fallback_share": 1.0}, {"meaning": -1.0}, {"characters": 0.0, "meaning": 0.0},
+                {"threshold": True}):
+        with pytest.raises(ValueError):
+            RetrievalConfig(**bad)
