@@ -42,6 +42,9 @@ class Chatbot:
         self.retriever = retriever
         self.decoder = CachedDecoder(model, tokenizer, config.context, retriever, jit_compile, config.rerank)
         self._provenance = Provenance(retriever)
+        # whether a streamed question gets the fallback: one traced graph, not the encoder op by op each time
+        self._confident = None if retriever is None else tf.function(
+            retriever.confident, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
         self._seeds = random.Random()  # its own: code that reseeds Python's `random` (training) leaves it alone
 
     @classmethod
@@ -155,7 +158,7 @@ class Chatbot:
         if crisis:  # at once and whole: nothing the model would write first
             yield crisis
             return
-        if self.retriever is not None and not bool(self.retriever.confident(tf.constant([text]))[0]):
+        if self.retriever is not None and not bool(self._confident(tf.constant([text]))[0]):
             yield self.retriever.config.fallback  # nothing in training is close enough: say so, whole
             return
         plan = self.decoder.plan(settings, jit=False)  # streamed steps are plain graphs (see `PlanGraphs`)

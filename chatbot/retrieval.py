@@ -182,7 +182,7 @@ class Retriever(tf.Module):
         """Cosine similarity of the messages' sentence embeddings to every training question's (batch, pairs)."""
         from chatbot.sentence import SENTENCE_LENGTH
 
-        ids = self.tokenizer.tokenize(texts)[:, :SENTENCE_LENGTH].to_tensor(shape=[None, SENTENCE_LENGTH])
+        ids = self.tokenizer.tokenize(texts)[:, :SENTENCE_LENGTH].to_tensor()  # padded to the longest, not 32
         return tf.matmul(self.encoder(ids, training=False), self.embeddings, transpose_b=True)
 
     def confident(self, texts, similarity=None):
