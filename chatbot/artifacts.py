@@ -40,6 +40,7 @@ TOKENIZER_FILE = "tokenizer.model"
 MODEL_FILE = "model.keras"  # the Keras model: architecture and weights
 INDEX_FILE = "retrieval.json"  # the retrieval index (chatbot.retrieval), when config.context.retrieved > 0
 SENTENCE_FILE = "sentence.keras"  # the sentence encoder (chatbot.sentence), when retrieval reads meaning
+EMBEDDINGS_FILE = "embeddings.npy"  # its embeddings of the index's questions (float16), so a load need not embed them
 HISTORY_FILE = "history.csv"
 METRICS_FILE = "metrics.json"
 REQUIRED_FILES = (CONFIG_FILE, TOKENIZER_FILE, MODEL_FILE)
@@ -213,6 +214,15 @@ def recover_model_dir(out_dir: str | Path) -> None:
     remove_dead_temps(out_dir)
 
 
+def array_bytes(array) -> bytes:
+    """An array as the bytes of its `.npy` file."""
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
 def keras_bytes(model: "keras.Model") -> bytes:
     """A Keras model as the bytes of its `.keras` file (Keras saves only to a path)."""
     with tempfile.TemporaryDirectory(prefix="chatbot-save-") as private:
@@ -291,9 +301,9 @@ def _read_files(path: str | Path, with_model: bool = True, tries: int = 3) -> di
         folder = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)) if READ_THROUGH_FOLDER else None
         try:
             files = {}  # absent ones are left out: `_checked_config` names those that are required
-            for name in (CONFIG_FILE, TOKENIZER_FILE, INDEX_FILE, MODEL_FILE, SENTENCE_FILE):
+            for name in (CONFIG_FILE, TOKENIZER_FILE, INDEX_FILE, MODEL_FILE, SENTENCE_FILE, EMBEDDINGS_FILE):
                 try:
-                    if name in (MODEL_FILE, SENTENCE_FILE) and not with_model:  # only whether it is there
+                    if name in (MODEL_FILE, SENTENCE_FILE, EMBEDDINGS_FILE) and not with_model:  # only whether it is there
                         if stat.S_ISREG(os.stat(name if folder is not None else path / name, dir_fd=folder).st_mode):
                             files[name] = b""
                         continue
@@ -350,6 +360,7 @@ def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, "Tokenizer", "keras
     the model reads no retrieved answers). The model loads with Keras safe mode on. Anything that does
     not load (a corrupt model.keras, an unreadable vocabulary or index) is an ArtifactError of one line."""
     import keras
+    import numpy as np
 
     import chatbot.model  # noqa: F401  (registers the layers for deserialization)
     import chatbot.sentence  # noqa: F401  (and the sentence encoder's)
@@ -371,7 +382,9 @@ def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, "Tokenizer", "keras
                 loaded.append(keras.saving.load_model(Path(private) / name, compile=False, safe_mode=True))
         model, encoder = loaded[0], (loaded[1] if len(loaded) > 1 else None)
         tokenizer = Tokenizer(files[TOKENIZER_FILE])
-        retriever = (Retriever.from_json(files[INDEX_FILE], config.retrieval, encoder, tokenizer)
+        embeddings = (np.load(io.BytesIO(files[EMBEDDINGS_FILE]), allow_pickle=False)
+                      if encoder is not None and EMBEDDINGS_FILE in files else None)
+        retriever = (Retriever.from_json(files[INDEX_FILE], config.retrieval, encoder, tokenizer, embeddings)
                      if config.context.retrieved else None)
     except Exception as error:
         detail = " ".join(str(error).split())[:300]

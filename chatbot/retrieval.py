@@ -154,7 +154,7 @@ class Retriever(tf.Module):
         if self.encoder is not None:
             from chatbot.sentence import embed
 
-            if embeddings is None:
+            if embeddings is None or embeddings.shape != (len(questions), encoder.d_model):  # saved before, or not
                 embeddings = embed(encoder, tokenizer.encode(questions))
             self.embeddings = tf.Variable(embeddings.astype(np.float32), trainable=False, name="embeddings")
         # tf.constant: a Variable made from a Python list first checks every element for a tensor to stack
@@ -249,9 +249,14 @@ class Retriever(tf.Module):
         return index_json(self.pairs)
 
     @classmethod
-    def from_json(cls, data: bytes, config: RetrievalConfig = CHARACTERS_ONLY, encoder=None,
-                  tokenizer=None) -> "Retriever":
-        return cls(pairs_of(data), config, encoder, tokenizer)
+    def from_json(cls, data: bytes, config: RetrievalConfig = CHARACTERS_ONLY, encoder=None, tokenizer=None,
+                  embeddings: np.ndarray | None = None) -> "Retriever":
+        return cls(pairs_of(data), config, encoder, tokenizer, embeddings)
+
+    def embeddings_array(self) -> np.ndarray:
+        """The index's sentence embeddings as a model directory keeps them (float16: half the bytes, cosines
+        within 1e-3)."""
+        return self.embeddings.numpy().astype(np.float16)
 
     @classmethod
     def load(cls, path: str | Path) -> "Retriever":

@@ -147,8 +147,13 @@ def fit_sentence_encoder(token_ids: list[list[int]], groups: list[list[int]], vo
     return encoder
 
 
-def embed(encoder: SentenceEncoder, token_ids: list[list[int]], batch_size: int = 1024) -> np.ndarray:
-    """Unit vectors (texts, d_model) of many texts' ids, in batches."""
-    ids = pad(token_ids)
-    out = [ops.convert_to_numpy(encoder(ids[i:i + batch_size])) for i in range(0, len(ids), batch_size)]
-    return np.concatenate(out) if out else np.zeros((0, encoder.d_model), np.float32)
+def embed(encoder: SentenceEncoder, token_ids: list[list[int]], batch_size: int = 512) -> np.ndarray:
+    """Unit vectors (texts, d_model) of many texts' ids, in batches of texts of about one length (each padded
+    only to its longest: embedding a model's whole index is part of every load)."""
+    order = sorted(range(len(token_ids)), key=lambda i: len(token_ids[i]))
+    out = np.zeros((len(token_ids), encoder.d_model), np.float32)
+    for first in range(0, len(order), batch_size):
+        rows = order[first:first + batch_size]
+        longest = min(max(1, max(len(token_ids[i]) for i in rows)), encoder.max_length)
+        out[rows] = ops.convert_to_numpy(encoder(pad([token_ids[i] for i in rows], longest)))
+    return out

@@ -21,8 +21,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from chatbot.artifacts import (HISTORY_FILE, INDEX_FILE, METRICS_FILE, SENTENCE_FILE, ArtifactError, discard_dir,
-                               keras_bytes, kill_point, save_model_dir)
+from chatbot.artifacts import (EMBEDDINGS_FILE, HISTORY_FILE, INDEX_FILE, METRICS_FILE, SENTENCE_FILE, ArtifactError,
+                               array_bytes, discard_dir, keras_bytes, kill_point, save_model_dir)
 from chatbot.config import FOR_OWN_DATA, ChatbotConfig, TokenizerConfig
 from chatbot.context import context_for, training_batches
 from chatbot.data import DataError, QAPair, split_by_question
@@ -285,6 +285,8 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
                                                                          index_hash=index_hash(extra[INDEX_FILE])))
         if encoder is not None:
             extra[SENTENCE_FILE] = keras_bytes(encoder)
+            saved = Retriever(train_pairs + val_pairs, config.retrieval, encoder, tokenizer)  # what loading builds
+            extra[EMBEDDINGS_FILE] = array_bytes(saved.embeddings_array())
     if history_path.is_file():
         extra[HISTORY_FILE] = history_path.read_bytes()
     save_model_dir(out_dir, config, tokenizer, inference_model, extra, overwrite=overwrite,

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from chatbot.artifacts import (CONFIG_FILE, INDEX_FILE, MODEL_FILE, SENTENCE_FILE, TOKENIZER_FILE, ArtifactError,
-                               atomic_write_bytes, check_model_dir, load_model_dir, save_model_dir)
+                               array_bytes, atomic_write_bytes, check_model_dir, load_model_dir, save_model_dir)
 
 
 def copy_of(model_dir, tmp_path, name="copy"):
@@ -157,3 +157,22 @@ def test_a_save_over_a_model_clears_the_swap_leftovers_beside_it(tiny_model_dir,
         shutil.copytree(tiny_model_dir, tmp_path / stale)
     save_model_dir(out, config, tokenizer, model, {"note.txt": b"newest"}, overwrite=True)
     assert (out / "note.txt").read_bytes() == b"newest" and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_a_model_directory_keeps_its_index_embeddings_and_loads_them_instead_of_embedding_again(tiny_model_dir,
+                                                                                                tmp_path):
+    """The sentence encoder's embeddings of the index are saved (float16) and loaded as they are; a directory
+    without them, or with ones that do not fit the index, embeds its questions again."""
+    import numpy as np
+
+    from chatbot.artifacts import EMBEDDINGS_FILE
+
+    _, _, _, retriever = load_model_dir(tiny_model_dir)
+    saved = np.load(tiny_model_dir / EMBEDDINGS_FILE)
+    assert saved.dtype == np.float16 and saved.shape == tuple(retriever.embeddings.shape)
+    assert np.allclose(retriever.embeddings.numpy(), saved.astype(np.float32))
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_model_dir, copy)
+    (copy / EMBEDDINGS_FILE).write_bytes(array_bytes(np.zeros((2, 3), np.float16)))  # not this index's
+    _, _, _, again = load_model_dir(copy)
+    assert np.allclose(again.embeddings.numpy(), saved.astype(np.float32), atol=2e-3)
