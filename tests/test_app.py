@@ -326,8 +326,11 @@ def test_the_retrain_tab_reads_only_files_uploaded_to_it(bot, models_root, url, 
 
 @pytest.mark.slow  # trains a model
 def test_training_adds_a_model_that_is_listed_and_answers(client, models_root, tiny_csv):
+    """The tab's default builds on the model the app opened with, as the command line's `train` does."""
+    import json
+
     before = model_dirs(models_root)
-    job = client.submit(handle_file(tiny_csv), 1, "tiny", api_name="/train")
+    job = client.submit(handle_file(tiny_csv), 1, "built-on", api_name="/train")
     first_log, _ = next(iter(job))  # the training thread holds the lock from here on
     assert "새 모델: tiny-" in first_log
 
@@ -340,6 +343,8 @@ def test_training_adds_a_model_that_is_listed_and_answers(client, models_root, t
     (new,) = model_dirs(models_root) - before
     assert re.fullmatch(r"tiny-\d{8}-\d{6}(-\d+)?", new)
     assert new in client.predict(api_name="/models")
+    config = json.loads((models_root / new / "config.json").read_text(encoding="utf-8"))
+    assert config["base"] == str(models_root / "tiny") and (models_root / new / "sentence.keras").is_file()
     assert isinstance(client.predict("안녕하세요", model=new, api_name="/chat"), str)
 
 
