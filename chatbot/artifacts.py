@@ -350,7 +350,7 @@ def _checked_config(path: str | Path, files: dict[str, bytes]) -> ChatbotConfig:
             raise ArtifactError(f"{path}: not a complete model directory (missing {INDEX_FILE})")
         if hashlib.sha256(files[INDEX_FILE]).hexdigest() != config.context.index_hash:
             raise ArtifactError(f"{path}: {INDEX_FILE} does not match the index hash in {CONFIG_FILE}")
-    if config.retrieval.meaning and SENTENCE_FILE not in files:
+    if config.context.retrieved and config.retrieval.meaning and SENTENCE_FILE not in files:
         raise ArtifactError(f"{path}: not a complete model directory (missing {SENTENCE_FILE})")
     return config
 
@@ -369,7 +369,7 @@ def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, "Tokenizer", "keras
 
     files = _read_files(path)  # the bytes actually loaded are the ones checked
     config = _checked_config(path, files)
-    keras_files = [MODEL_FILE] + ([SENTENCE_FILE] if config.retrieval.meaning else [])
+    keras_files = [MODEL_FILE] + ([SENTENCE_FILE] if config.context.retrieved and config.retrieval.meaning else [])
     for name in keras_files:
         if not zipfile.is_zipfile(io.BytesIO(files[name])):
             raise ArtifactError(f"{path}: {name} is damaged (cut short or not a Keras model file); retrain it or "

@@ -1,11 +1,13 @@
-"""Nearest-question retrieval, inside the graph: the training answers a reply can build on.
+"""Nearest-question retrieval, inside the graph: the training answers a reply can build on, and whether any fits.
 
-Owns: the retrieval index of a model directory (`retrieval.json`: the training pairs), TF-IDF over
-the characters and character bigrams of the training questions with cosine similarity (smooth idf,
-l2-normalised rows, as scikit-learn's TfidfVectorizer with ngram_range (1, 2)) kept as an inverted
-index (each n-gram's questions), the in-graph lookup that decoding and the SavedModel run, a preference
-for answers of the asked tone, and leave-one-out lookups for training (a question never finds itself,
-nor any row with the same question). Must not know about token ids or the model.
+Owns: the retrieval index of a model directory (`retrieval.json`: the training pairs); the three similarities it
+weighs (`config.RetrievalConfig`): TF-IDF over the characters and character bigrams of the training questions
+with cosine similarity (smooth idf, l2-normalised rows, as scikit-learn's TfidfVectorizer with ngram_range (1, 2))
+kept as an inverted index (`CharacterIndex`), the same over one document per distinct answer
+(`answer_documents`), and the cosine of sentence embeddings (`chatbot.sentence`); the in-graph lookup that
+decoding and the SavedModel run; a preference for answers of the asked tone; leave-one-out lookups for training
+(a question never finds itself, nor any row with the same question); and the fallback's threshold
+(`confident`, `calibrated_threshold`). Must not know about the transformer.
 """
 
 from __future__ import annotations

@@ -299,7 +299,7 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
 def _sentence_encoder(state: Path, tokenizer: Tokenizer, pairs: list[QAPair], config: ChatbotConfig, log):
     """The sentence encoder retrieval reads meaning with, trained on `pairs` (`sentence.answer_groups`), or the
     one an interrupted run trained already (kept in its state directory)."""
-    from chatbot.sentence import SentenceEncoder, answer_groups, fit_sentence_encoder
+    from chatbot.sentence import answer_groups, fit_sentence_encoder
 
     kept = state / SENTENCE_FILE
     if kept.is_file():
@@ -309,7 +309,6 @@ def _sentence_encoder(state: Path, tokenizer: Tokenizer, pairs: list[QAPair], co
         f"{SENTENCE_EPOCHS} epochs")
     encoder = fit_sentence_encoder(tokenizer.encode(texts), groups, tokenizer.vocab_size, epochs=SENTENCE_EPOCHS,
                                    seed=config.train.seed, verbose=2)
-    assert isinstance(encoder, SentenceEncoder)
     temp = state / "sentence.partial.keras"
     encoder.save(temp)
     temp.replace(kept)
