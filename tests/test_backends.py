@@ -78,7 +78,8 @@ def test_weights_trained_under_jax_give_the_tensorflow_model_the_same_logits(tmp
 
 def test_the_networks_modules_import_no_tensorflow():
     """What defines and trains the network reads only Keras, so it runs where TensorFlow is not installed."""
-    script = ("import sys\nimport chatbot.model, chatbot.losses, chatbot.optim, chatbot.schedule, chatbot.special\n"
+    script = ("import sys\nimport chatbot.model, chatbot.losses, chatbot.optim, chatbot.schedule, chatbot.special, "
+              "chatbot.sentence\n"
               "print(sorted(n for n in sys.modules if n == 'tensorflow' or n.startswith('tensorflow.')))")
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT,
                          env={**os.environ, "KERAS_BACKEND": "numpy", "PYTHONPATH": str(ROOT)})
