@@ -138,12 +138,14 @@ def fit_sentence_encoder(token_ids: list[list[int]], groups: list[list[int]], vo
     steps = max(1, len(paraphrase_pairs(groups, random.Random(seed))) // batch_size) * epochs
     schedule = keras.optimizers.schedules.CosineDecay(learning_rate, steps, warmup_target=None)
     trainer.compile(optimizer=keras.optimizers.Adam(schedule))
-    for _ in range(epochs):
-        pairs = paraphrase_pairs(groups, rng)
-        rng.shuffle(pairs)
-        anchors, positives, group = (np.asarray(column) for column in zip(*pairs))
-        inputs = {"anchor": ids[anchors], "positive": ids[positives], "group": group.astype(np.int32)}
-        trainer.fit(inputs, batch_size=batch_size, epochs=1, shuffle=False, verbose=verbose)
+    pairs = []
+    for _ in range(epochs):  # drawn afresh for each epoch, fitted in one call (one trace of the step, not one a pass)
+        drawn = paraphrase_pairs(groups, rng)
+        rng.shuffle(drawn)
+        pairs += drawn
+    anchors, positives, group = (np.asarray(column) for column in zip(*pairs))
+    inputs = {"anchor": ids[anchors], "positive": ids[positives], "group": group.astype(np.int32)}
+    trainer.fit(inputs, batch_size=batch_size, epochs=1, shuffle=False, verbose=verbose)
     return encoder
 
 
