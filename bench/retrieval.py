@@ -230,7 +230,8 @@ def main(argv=None) -> int:
         return lambda queries: embed(model, tokenizer.encode(queries)) @ vectors.T
 
     def tuned_on(index):
-        """The encoder after `train`'s few epochs on an FAQ's own answer groups (a copy)."""
+        """A copy of the encoder trained further on a FAQ's own answer groups: a lever measured here (`train`
+        keeps the base's encoder as it is)."""
         tuned = SentenceEncoder(tokenizer.vocab_size)
         tuned(np.zeros((1, 4), np.int32))
         tuned.set_weights(encoder.get_weights())
