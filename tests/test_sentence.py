@@ -48,9 +48,12 @@ def test_training_brings_each_groups_phrasings_nearest_each_other(tokenizer):
     where = {text: i for i, text in enumerate(texts)}
     untrained = SentenceEncoder(tokenizer.vocab_size, d_model=32, num_layers=1, dff=64)
     before = nearest_in_group(untrained, tokenizer)
+    # No dropout, and enough steps that the result does not hang on the initial weights, which depend on what
+    # else this process built before (Keras' global seed generator).
     encoder = fit_sentence_encoder(tokenizer.encode(texts), [[where[t] for t in group] for group in GROUPS],
-                                   tokenizer.vocab_size, epochs=40, batch_size=8, seed=1,
-                                   encoder=SentenceEncoder(tokenizer.vocab_size, d_model=32, num_layers=1, dff=64))
+                                   tokenizer.vocab_size, epochs=80, batch_size=8, seed=1,
+                                   encoder=SentenceEncoder(tokenizer.vocab_size, d_model=32, num_layers=1, dff=64,
+                                                           dropout=0.0))
     assert before < 0.75 and nearest_in_group(encoder, tokenizer) == 1.0
     vectors = embed(encoder, tokenizer.encode(texts))
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
