@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from chatbot.config import CHARACTERS_ONLY, RetrievalConfig
 from chatbot.data import QAPair
+from chatbot.sentence import SENTENCE_LENGTH, embed
 from chatbot.tokenizer import normalize_tf
 
 # Added to the cosine similarity of rows whose label is the asked tone: among questions about as
@@ -154,9 +155,7 @@ class Retriever(tf.Module):
             self.answer_of = tf.Variable(answer_of, trainable=False, name="answer_of")
         self.encoder, self.tokenizer = (encoder, tokenizer) if config.meaning else (None, None)
         if self.encoder is not None:
-            from chatbot.sentence import embed
-
-            if embeddings is None or embeddings.shape != (len(questions), encoder.d_model):  # saved before, or not
+            if embeddings is None or embeddings.shape != (len(questions), encoder.d_model):  # none saved, or stale
                 embeddings = embed(encoder, tokenizer.encode(questions))
             self.embeddings = tf.Variable(embeddings.astype(np.float32), trainable=False, name="embeddings")
         # tf.constant: a Variable made from a Python list first checks every element for a tensor to stack
@@ -182,10 +181,12 @@ class Retriever(tf.Module):
 
     def meaning(self, texts):
         """Cosine similarity of the messages' sentence embeddings to every training question's (batch, pairs)."""
-        from chatbot.sentence import SENTENCE_LENGTH
-
         ids = self.tokenizer.tokenize(texts)[:, :SENTENCE_LENGTH].to_tensor()  # padded to the longest, not 32
         return tf.matmul(self.encoder(ids, training=False), self.embeddings, transpose_b=True)
+
+    def without_own_rows(self, texts, scores):
+        """`scores` (batch, pairs) with every row of a message's own text far below any other (leave-one-out)."""
+        return tf.where(self.questions[None] == normalize_tf(texts)[:, None], -1e9, scores)
 
     def confident(self, texts, similarity=None):
         """Whether some training question is close enough to each message (batch,) bool: its best score reaches
@@ -228,7 +229,7 @@ class Retriever(tf.Module):
             else:
                 scores = similarity + TONE_BONUS * tf.cast(same, scores.dtype)
         if leave_one_out:
-            scores = tf.where(self.questions[None] == normalize_tf(texts)[:, None], -1e9, scores)
+            scores = self.without_own_rows(texts, scores)
         return tf.math.top_k(scores, k=min(k, len(self.pairs))).indices, similarity
 
     def leave_one_out(self, pairs: list[QAPair], k: int, tones, batch_size: int = 256) -> list[list[QAPair]]:
@@ -255,10 +256,6 @@ class Retriever(tf.Module):
                   embeddings: np.ndarray | None = None) -> "Retriever":
         return cls(pairs_of(data), config, encoder, tokenizer, embeddings)
 
-    def embeddings_array(self) -> np.ndarray:
-        """The index's sentence embeddings as a model directory keeps them (float16: half the bytes, cosines
-        within 1e-3)."""
-        return self.embeddings.numpy().astype(np.float16)
 
     @classmethod
     def load(cls, path: str | Path) -> "Retriever":
@@ -268,6 +265,13 @@ class Retriever(tf.Module):
 def pairs_of(data: bytes) -> list[QAPair]:
     """The pairs of a retrieval index's JSON (`index_json`)."""
     return [QAPair(q, a, label) for q, a, label in json.loads(data.decode("utf-8"))["pairs"]]
+
+
+def saved_embeddings(pairs: list[QAPair], encoder, tokenizer) -> np.ndarray:
+    """The sentence embeddings of an index's questions, in its order, as a model directory keeps them (float16:
+    half the bytes, cosines within 1e-3), so that loading it need not embed them again."""
+    questions = [p.question for p in dict.fromkeys(pairs)]
+    return embed(encoder, tokenizer.encode(questions)).astype(np.float16)
 
 
 def answer_documents(pairs) -> tuple[list[str], np.ndarray]:
@@ -317,6 +321,6 @@ def calibrated_threshold(retriever: Retriever, train_pairs: list[QAPair], val_pa
         texts = tf.constant(questions[first:first + batch_size])
         scores = retriever.similarity(texts)
         if leave_out:
-            scores = tf.where(retriever.questions[None] == normalize_tf(texts)[:, None], -1.0, scores)
+            scores = retriever.without_own_rows(texts, scores)
         best.append(tf.reduce_max(scores, axis=1).numpy())
     return float(np.quantile(np.concatenate(best), share))

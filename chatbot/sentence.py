@@ -11,6 +11,7 @@ trains on any backend; tokenizing stays with the caller. Must not read files or 
 
 from __future__ import annotations
 
+import math
 import random
 
 import keras
@@ -135,14 +136,13 @@ def fit_sentence_encoder(token_ids: list[list[int]], groups: list[list[int]], vo
     encoder = encoder or SentenceEncoder(vocab_size)
     trainer = _PairTrainer(encoder, name="pair_trainer")
     ids = pad(token_ids)
-    steps = max(1, len(paraphrase_pairs(groups, random.Random(seed))) // batch_size) * epochs
-    schedule = keras.optimizers.schedules.CosineDecay(learning_rate, steps, warmup_target=None)
-    trainer.compile(optimizer=keras.optimizers.Adam(schedule))
     pairs = []
     for _ in range(epochs):  # drawn afresh for each epoch, fitted in one call (one trace of the step, not one a pass)
         drawn = paraphrase_pairs(groups, rng)
         rng.shuffle(drawn)
         pairs += drawn
+    steps = max(1, math.ceil(len(pairs) / batch_size))  # the cosine decay ends with the last batch
+    trainer.compile(optimizer=keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(learning_rate, steps)))
     anchors, positives, group = (np.asarray(column) for column in zip(*pairs))
     inputs = {"anchor": ids[anchors], "positive": ids[positives], "group": group.astype(np.int32)}
     trainer.fit(inputs, batch_size=batch_size, epochs=1, shuffle=False, verbose=verbose)

@@ -31,7 +31,7 @@ from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy
 from chatbot.model import Transformer
 from chatbot.optim import transformer_optimizer
 from chatbot.pipeline import fits
-from chatbot.retrieval import Retriever, calibrated_threshold, index_hash, index_json
+from chatbot.retrieval import Retriever, calibrated_threshold, index_hash, index_json, saved_embeddings
 from chatbot.schedule import fitted_to_data, learning_verdict, read_history
 from chatbot.runstate import (BACKUP_DIR, EpochBackup, PromoteFile, clear_leftovers, keep_history, note_crash,
                               prepare_state, start_state, state_dir_for)
@@ -285,8 +285,7 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
                                                                          index_hash=index_hash(extra[INDEX_FILE])))
         if encoder is not None:
             extra[SENTENCE_FILE] = keras_bytes(encoder)
-            saved = Retriever(train_pairs + val_pairs, config.retrieval, encoder, tokenizer)  # what loading builds
-            extra[EMBEDDINGS_FILE] = array_bytes(saved.embeddings_array())
+            extra[EMBEDDINGS_FILE] = array_bytes(saved_embeddings(train_pairs + val_pairs, encoder, tokenizer))
     if history_path.is_file():
         extra[HISTORY_FILE] = history_path.read_bytes()
     save_model_dir(out_dir, config, tokenizer, inference_model, extra, overwrite=overwrite,
