@@ -17,7 +17,7 @@ from pathlib import Path
 import gradio as gr
 
 from chatbot.artifacts import ArtifactError
-from chatbot.config import GenerationConfig
+from chatbot.config import CONTEXT_TURNS, GenerationConfig
 from chatbot.controls import CONTROLS, DECODING_OPTIONS, DEFAULTS, TONE_CHOICES
 from chatbot.serving import ReplyBatcher
 from chatbot.workspace import (BackgroundTrainer, ModelShelf, attention_choices, clip_question, load_chatbot,
@@ -104,10 +104,12 @@ class ChatApp:
             raise refused(error, BAD_SETTINGS) from None
         return bot
 
-    def chat(self, message: str, model: str = "", tone: str = "", **decoding) -> str:
+    def chat(self, message: str, model: str = "", tone: str = "", history: list | None = None, **decoding) -> str:
         """Answer one question with the chosen model and decoding settings; returns the reply as plain text.
         An empty `model` means the model the app started with; `tone` is everyday, sad, love or "" (none);
-        a missing or negative `seed` draws a random one."""
+        `history` the conversation before the message, oldest first, as [{"role": "user" | "assistant",
+        "content": "..."}] (a model trained on dialogues reads its last two messages); a missing or negative
+        `seed` draws a random one."""
         if not isinstance(message, str):
             raise refused(f"message must be a string, got {type(message).__name__}")
         question = question_of(message)
@@ -116,31 +118,39 @@ class ChatApp:
         settings, tone = decoding_settings(decoding), tone or None
         bot = self.model(model, tone, settings)
         try:
-            return self.batcher.reply(bot, question, tone, settings)
-        except ValueError as error:  # the question itself (not valid Unicode): refused before any batch
+            return self.batcher.reply(bot, question, tone, settings, history)
+        except ValueError as error:  # the question or history itself: refused before any batch
             raise refused(error) from None
 
-    def respond(self, message, history, model_name, tone, *settings):
-        """Stream the reply into the chat, token by token. `settings` are the decoding options in
-        DECODING_OPTIONS order. Yields (history, cleared textbox, last exchange)."""
-        question, history = question_of(message), list(history or [])
+    def respond(self, message, history, conversation, model_name, tone, *settings):
+        """Stream the reply into the chat, token by token. `conversation`: the messages so far as the model reads
+        them (the chat shows them escaped, with notes); `settings` are the decoding options in DECODING_OPTIONS
+        order. Yields (history, cleared textbox, last exchange, conversation)."""
+        question, history, conversation = question_of(message), list(history or []), list(conversation or [])
         if not question:
-            yield [*history, {"role": "assistant", "content": EMPTY_REPLY}], "", gr.skip()
+            yield [*history, {"role": "assistant", "content": EMPTY_REPLY}], "", gr.skip(), gr.skip()
             return
         checked, tone = decoding_settings(dict(zip(DECODING_OPTIONS, settings))), tone or None
         history += [{"role": "user", "content": as_text(question)}, {"role": "assistant", "content": ""}]
         reply, bot = "", self.model(model_name, tone, checked)
-        for reply in bot.stream(question, tone, checked):
+        earlier = conversation[-2 * CONTEXT_TURNS:]  # more than the model reads, never the whole chat
+        for reply in bot.stream(question, tone, checked, history=earlier):
             history[-1] = {"role": "assistant", "content": as_text(reply)}
-            yield history, "", gr.skip()
-        source = bot.provenance(question, reply)  # a learner sees what the model copied and what it wrote
+            yield history, "", gr.skip(), gr.skip()
+        conversation = [*earlier, {"role": "user", "content": question}, {"role": "assistant", "content": reply}]
+        source = bot.provenance(question, reply, earlier)  # a learner sees what the model copied and what it wrote
         if source["fallback"]:
             history[-1]["content"] += as_text("\n(학습한 질문 중 뜻이 가까운 것이 없어 정해 둔 답을 했어요 · 가장 가까운 질문: "
                                               f"{shown_briefly(source['nearest_question'])})")
         elif source["copied"]:
             history[-1]["content"] += as_text(f"\n(학습 데이터의 답과 같음 · 비슷한 질문: "
                                               f"{shown_briefly(source['source_question'])})")
-        yield history, "", (question, reply)
+        yield history, "", (question, reply), conversation
+
+    @staticmethod
+    def new_conversation():
+        """An empty chat and conversation: the next message starts a conversation of its own."""
+        return [], "", None, []
 
     def models(self) -> list[str]:
         """The model names the picker offers ("" is the startup model when it lives outside models/)."""
@@ -205,6 +215,7 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT, prepare_models: bool 
     with gr.Blocks(title="한국어 트랜스포머 챗봇", analytics_enabled=False) as demo:
         gr.Markdown("# 한국어 트랜스포머 챗봇\n작은 트랜스포머 모델과 대화하고, 어텐션을 살펴보고, 내 데이터로 다시 학습해 보세요.")
         last_exchange = gr.State(None)
+        conversation = gr.State([])  # the chat's messages as the model reads them (`ChatApp.respond`)
         with gr.Tab("대화"):
             with gr.Row():
                 with gr.Column(scale=3):
@@ -216,7 +227,7 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT, prepare_models: bool 
                                              placeholder=f"질문을 입력하고 Enter를 누르세요 (최대 {CHAT_CLIP_CHARS}자)")
                         send = gr.Button("보내기", variant="primary", scale=1)
                     gr.Examples(EXAMPLES, inputs=message, label="예시 질문")
-                    gr.ClearButton([chatbot, message], value="대화 지우기")
+                    new = gr.Button("새 대화", elem_id="new-conversation")
                 with gr.Column(scale=2):
                     with gr.Row():
                         picker = gr.Dropdown(ui.shelf.choices(), value=ui.shelf.startup_name, label="모델",
@@ -251,8 +262,10 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT, prepare_models: bool 
             training_log = gr.Textbox(label="학습 진행", lines=12, interactive=False)
 
         for trigger in (message.submit, send.click):
-            trigger(ui.respond, [message, chatbot, picker, tone, *settings], [chatbot, message, last_exchange],
-                    api_visibility="private", **chat_limits)
+            trigger(ui.respond, [message, chatbot, conversation, picker, tone, *settings],
+                    [chatbot, message, last_exchange, conversation], api_visibility="private", **chat_limits)
+        new.click(ui.new_conversation, None, [chatbot, message, last_exchange, conversation], api_visibility="private",
+                  queue=False)
         picker.change(ui.select_model, picker, [info, layer, head], api_visibility="private", **chat_limits)
         refresh.click(ui.refresh_models, picker, picker, api_visibility="private")
         demo.load(ui.refresh_models, picker, picker, api_visibility="private")

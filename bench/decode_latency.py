@@ -3,8 +3,9 @@
 For 100 questions it prints p50/p95 milliseconds per reply for: the seed tutorial's loop (re-runs
 the encoder and the whole decoder prefix for every token, eagerly), cached greedy compiled as a plain
 graph (the previous path) and with XLA, the default decoding (`GenerationConfig()`, XLA), greedy with 8
-retrieved answers weighed against the reply (`candidates`), beam search (width 4; width 8 with `agreement`)
-and top-p sampling,
+retrieved answers weighed against the reply (`candidates`), the default decoding of a follow-up with the
+two messages before it (`history`: the first exchange of each `bench/followups.csv` conversation), beam search
+(width 4; width 8 with `agreement`) and top-p sampling,
 single requests and batches of 32; time to first token and per token when streaming; then the
 speedups over the tutorial's loop.
 
@@ -12,6 +13,7 @@ speedups over the tutorial's loop.
 """
 
 import argparse
+import csv
 import time
 import warnings
 
@@ -57,6 +59,10 @@ def main():
     from chatbot.config import GenerationConfig
 
     default = GenerationConfig()
+    with open(ROOT / "bench" / "followups.csv", newline="", encoding="utf-8") as file:
+        exchanges = [[{"role": "user", "content": row["first"]}, {"role": "assistant", "content": row["reply"]}]
+                     for row in csv.DictReader(file)]
+    histories = {q: exchanges[i % len(exchanges)] for i, q in enumerate(questions)}
     print(f"model: {args.model}; {len(questions)} questions from {args.data}; default decoding: "
           f"{default.strategy}, candidates={default.candidates}")
 
@@ -65,6 +71,7 @@ def main():
         "cached, no XLA": lambda q: plain.reply(q, candidates=0),
         "cached greedy": lambda q: bot.reply(q, candidates=0),
         "default": lambda q: bot.reply(q),
+        "default + 2-turn history": lambda q: bot.reply(q, history=histories[q]),
         "greedy + 8 candidates": lambda q: bot.reply(q, candidates=8),
         "cached beam 4": lambda q: bot.reply(q, strategy="beam", num_beams=4, candidates=0),
         "beam 8 + agreement 4": lambda q: bot.reply(q, strategy="beam", num_beams=8, agreement=4, candidates=0),

@@ -14,6 +14,14 @@ rate, the specific rate and SSA (their mean).
 A system is `NAME=DECODING` (decoding as in bench/decoding.py: `name=value,...`; empty: the defaults), for the
 model of the last `--model` before it; `--lookup` adds the answer of the nearest training question by the
 model's index, `--bigram-lookup` by TF-IDF over character bigrams alone (bench/quality.py's lookup row).
+
+Follow-ups: with `--probes bench/followups.csv` (columns first, reply, followup: the user's first message, the
+bot's fixed reply, the user's follow-up) each system answers the follow-up with the first exchange as its
+history, and the sheet shows the judge that exchange; `--blind-system NAME=DECODING` answers the same
+follow-ups without it (the same model, history-blind):
+
+    python bench/judge.py write --probes bench/followups.csv --model models/default --system context= \
+        --blind-system blind= --out judge-followups/
 """
 
 import argparse
@@ -33,8 +41,8 @@ def replies_of_systems(args) -> dict[str, list[str]]:
     from chatbot.data import QAPair
     from chatbot.generate import Chatbot
 
-    messages = [line.strip() for line in open(args.probes, encoding="utf-8") if line.strip()]
-    systems, bot, label = {"messages": messages}, None, ""
+    messages, histories = probes_of(args.probes)
+    systems, bot, label = {"messages": messages, "histories": histories}, None, ""
     for kind, value in args.steps:
         if kind == "model":
             bot, label = Chatbot.load(value, jit_compile=False), Path(value).name
@@ -47,13 +55,31 @@ def replies_of_systems(args) -> dict[str, list[str]]:
             systems[f"{label}:bigram-lookup"] = nearest_question_answers(list(bot.retriever.pairs), asked)
         else:
             name, _, decoding = value.partition("=")
-            systems[f"{label}:{name}"] = bot.reply_batch(messages, **parse_decode(decoding))
+            seen = histories if kind == "system" and any(histories) else None
+            systems[f"{label}:{name}"] = bot.reply_batch(messages, histories=seen, **parse_decode(decoding))
     return systems
+
+
+def probes_of(path) -> tuple[list[str], list[list[dict]]]:
+    """The messages of a probe file and the history before each: a text file's lines (no history), or a
+    follow-up CSV's `followup` after its `first` and `reply`."""
+    if str(path).endswith(".csv"):
+        with open(path, newline="", encoding="utf-8") as file:
+            rows = list(csv.DictReader(file))
+        return [row["followup"] for row in rows], [[{"role": "user", "content": row["first"]},
+                                                    {"role": "assistant", "content": row["reply"]}] for row in rows]
+    messages = [line.strip() for line in open(path, encoding="utf-8") if line.strip()]
+    return messages, [[] for _ in messages]
+
+
+def shown(history: list[dict]) -> str:
+    """The conversation before a message, as the judge reads it."""
+    return " / ".join(f"{'나' if m['role'] == 'user' else '챗봇'}: {m['content']}" for m in history)
 
 
 def write(args) -> None:
     systems = replies_of_systems(args)
-    messages = systems.pop("messages")
+    messages, histories = systems.pop("messages"), systems.pop("histories")
     rows, key = [], {}
     shuffle = random.Random(args.seed)
     for index, message in enumerate(messages):
@@ -62,11 +88,14 @@ def write(args) -> None:
         for name, reply in entries:
             row_id = f"{index + 1:03d}-{len(rows) % 97:02d}{shuffle.randrange(100):02d}"
             key[row_id] = name
-            rows.append({"id": row_id, "message": message, "reply": reply, "sensible": "", "specific": ""})
+            rows.append({"id": row_id, "before": shown(histories[index]), "message": message, "reply": reply,
+                         "sensible": "", "specific": ""})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "sheet.csv", "w", newline="", encoding="utf-8") as file:
-        writer = csv.DictWriter(file, ["id", "message", "reply", "sensible", "specific"], lineterminator="\n")
+        columns = ["id", "message", "reply", "sensible", "specific"]
+        writer = csv.DictWriter(file, columns[:1] + ["before"] * any(histories) + columns[1:], lineterminator="\n",
+                                extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     (out / "key.json").write_text(json.dumps(key, ensure_ascii=False, indent=1), encoding="utf-8")
@@ -104,6 +133,8 @@ def main(argv=None) -> int:
     writing.set_defaults(steps=[], run=write)
     writing.add_argument("--model", action=Step, dest="model", required=True)
     writing.add_argument("--system", action=Step, dest="system", metavar="NAME=DECODING")
+    writing.add_argument("--blind-system", action=Step, dest="blind_system", metavar="NAME=DECODING",
+                         help="answer without the probes' history")
     writing.add_argument("--lookup", action=Step, dest="lookup", nargs=0)
     writing.add_argument("--bigram-lookup", action=Step, dest="bigram_lookup", nargs=0)
     writing.add_argument("--probes", default=str(PROBES))

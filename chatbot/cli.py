@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                                description="Chat with a model: a REPL, one --question, or one reply per line of piped stdin.")
     chat.add_argument("--model", default=DEFAULT_MODEL, help=f"model directory (default: {DEFAULT_MODEL})")
     chat.add_argument("--question", "-q", help="answer this one question and exit")
+    chat.add_argument("--no-context", dest="context", action="store_false",
+                      help="answer each line of the conversation on its own (by default a model trained on "
+                           "dialogues reads the two messages before each line; /new starts a new conversation)")
     _add_decoding_flags(chat)
     chat.set_defaults(handler=run_chat)
 
@@ -248,7 +251,7 @@ def run_train(args) -> None:
 
 
 def run_chat(args) -> None:
-    terminal.chat(args.model, args.question, _decoding(args), load_tensorflow=_load_tensorflow)
+    terminal.chat(args.model, args.question, _decoding(args), load_tensorflow=_load_tensorflow, context=args.context)
 
 
 def run_eval(args) -> None:

@@ -17,6 +17,9 @@ __version__ = "0.1.0"
 INT32_MAX = 2**31 - 1  # seeds and decoding options become int32 tensors: anything larger fails inside TensorFlow
 MIN_MAX_LENGTH = 4  # start, end and at least two pieces
 MAX_RETRIEVED = 8
+# A model trained on dialogues reads the new message and the two before it (normally the user's previous
+# message and the bot's reply to it); older messages are not read.
+CONTEXT_TURNS = 2
 
 
 def _flag(default, help: str, **more):  # a field the CLI makes a flag of: its help, maybe flag, metavar, choices
@@ -75,8 +78,9 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ContextConfig:
-    """What the encoder reads besides the question: `[start] tone question [end] (<sep> answer) * retrieved`,
-    or with `questions`, `(<sep> [start] neighbour's question [end] its answer) * retrieved`."""
+    """What the encoder reads besides the question: `[start] tone question [end]`, then `([start] message [end])
+    * turns` (the conversation before it, newest first), then `(<sep> answer) * retrieved`, or with
+    `questions`, `(<sep> [start] neighbour's question [end] its answer) * retrieved`."""
 
     retrieved: int = _flag(1, f"answers of the K nearest training questions the model reads after the question, "
                               f"nearest first (0-{MAX_RETRIEVED}; 0: the question alone)", metavar="K")
@@ -90,9 +94,14 @@ class ContextConfig:
     questions: bool = _flag(False, "show each retrieved answer with the question it answered, so the encoder can "
                                    "judge whether it fits (an option: BENCHMARKS.md has how it measured)",
                             flag="neighbour-questions")
+    # Earlier messages of the conversation the encoder reads after the question, newest first (0 or
+    # CONTEXT_TURNS: `train` reads them when its data has dialogues), each cut to its last max_length // 2 tokens.
+    turns: int = 0
     index_hash: str = ""  # sha256 of retrieval.json, checked on load
 
     def __post_init__(self):
+        if not 0 <= self.turns <= CONTEXT_TURNS:
+            raise ValueError(f"turns must be between 0 and {CONTEXT_TURNS}, got {self.turns}")
         if not 0 <= self.retrieved <= MAX_RETRIEVED:
             raise ValueError(f"retrieved must be between 0 and {MAX_RETRIEVED}, got {self.retrieved}")
         for name in ("tone_dropout", "gold_rate"):

@@ -14,10 +14,11 @@ import random
 
 import tensorflow as tf
 
-from chatbot.config import ChatbotConfig
+from chatbot.config import CONTEXT_TURNS, ChatbotConfig
 from chatbot.data import QAPair
-from chatbot.pipeline import encoder_inputs, fits, make_dataset
+from chatbot.pipeline import encoder_inputs, fits, make_dataset, split_turns
 from chatbot.retrieval import NO_TONE, char_bigrams
+from chatbot.text import TURN
 
 # How many of a training question's nearest neighbours the gold-biased swap chooses from: near enough
 # in question that inference could retrieve them, many enough that one often answers alike.
@@ -48,11 +49,11 @@ def answer_likeness(a: str, b: str) -> float:
 def noised(text: str, rng: random.Random) -> str:
     """`text` with each character but spaces dropped at NOISE_RATE (seeded by `rng`), and always at least
     one when the text has two: a stand-in for another way of asking the same thing (spaces tidied)."""
-    kept = "".join(c for c in text if c == " " or rng.random() >= NOISE_RATE)
+    kept = "".join(c for c in text if c in (" ", TURN) or rng.random() >= NOISE_RATE)
     if kept == text and len(text.replace(" ", "")) > 1:  # always a different text, when one can be made
         at = rng.choice([i for i, c in enumerate(text) if c != " "])
         kept = text[:at] + text[at + 1:]
-    return " ".join(kept.split()) or text[:1]
+    return TURN.join(" ".join(word for word in part.split(" ") if word) for part in kept.split(TURN)) or text[:1]
 
 
 def with_own_answer(pairs: list[QAPair], found: list[list[QAPair]], gold_rate: float,
@@ -98,7 +99,7 @@ def training_batches(tokenizer, pairs, config: ChatbotConfig, shuffle, retriever
     """Batches of `pairs`, their encoder inputs composed as decoding composes them (tone, retrieved
     neighbours); training questions retrieve leave-one-out, then get gold-biased neighbours
     (`with_gold_biased`). Returns the batches and how many answers were too long to train on."""
-    questions = tokenizer.tokenize([p.question for p in pairs])
+    questions, turns = split_turns(tokenizer.tokenize, tf.constant([p.question for p in pairs]), config.context.turns)
     answers = tokenizer.tokenize([p.answer for p in pairs])
     k = config.context.retrieved
     tones = tones_of(pairs, config, config.context.tone_dropout if shuffle else 1.0)
@@ -121,18 +122,21 @@ def training_batches(tokenizer, pairs, config: ChatbotConfig, shuffle, retriever
             context_questions = tf.RaggedTensor.from_uniform_row_length(
                 tokenizer.tokenize([n.question for row in found for n in row]), width)
     encoder = encoder_inputs(questions, config.model.max_length, tones if config.context.tone else None, context,
-                             config.model.encoder_length, context_questions)
+                             config.model.encoder_length, context_questions, turns)
     dataset = make_dataset(questions, answers, max_length=config.model.max_length, batch_size=config.train.batch_size,
                            shuffle=shuffle, seed=config.train.seed, encoder_ids=encoder, replicas=replicas)
     return dataset, int((~fits(answers, config.model.max_length)).sum())
 
 
 def context_for(config: ChatbotConfig, pairs: list[QAPair]) -> ChatbotConfig:
-    """The config with what the encoder reads settled by the data: tones only if the data has labels,
-    and room in the encoder for the tone token and the retrieved neighbours."""
-    context = dataclasses.replace(config.context, tone=config.context.tone and any(p.label is not None for p in pairs))
+    """The config with what the encoder reads settled by the data: tones only if the data has labels, the
+    conversation before a message only if the data has dialogues, and room in the encoder for the tone token,
+    those messages and the retrieved neighbours."""
+    context = dataclasses.replace(config.context, tone=config.context.tone and any(p.label is not None for p in pairs),
+                                  turns=CONTEXT_TURNS if any(TURN in p.question for p in pairs) else 0)
     per_neighbour = config.model.max_length * (2 if context.questions else 1)
-    extra = per_neighbour * context.retrieved + int(context.tone)
+    per_turn = config.model.max_length // 2 + 2
+    extra = per_neighbour * context.retrieved + int(context.tone) + per_turn * context.turns
     encoder_length = config.model.max_length + extra if extra else 0
     return dataclasses.replace(config, context=context,
                                model=dataclasses.replace(config.model, encoder_length=encoder_length))

@@ -15,8 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chatbot.config import MAX_QUESTION_CHARS
-from chatbot.text import normalize
+from chatbot.config import CONTEXT_TURNS, MAX_QUESTION_CHARS
+from chatbot.text import TURN, normalize, normalize_turns
 
 ENCODINGS = ("utf-8-sig", "cp949")  # utf-8-sig also reads plain UTF-8; cp949 is a superset of euc-kr
 # Bytes of other double-byte code pages often decode as cp949 too: Shift-JIS kana and kanji mostly land
@@ -31,7 +31,11 @@ COLUMN_ALIASES = {
     "question": ("q", "question", "questions", "query", "input", "질문"),
     "answer": ("a", "answer", "answers", "response", "reply", "output", "답변", "대답"),
     "label": ("label", "labels", "tone", "라벨", "감정"),
+    "dialogue": ("dialogue", "dialog", "conversation", "대화"),
+    "speaker": ("speaker", "role", "화자"),
+    "text": ("text", "message", "utterance", "content", "발화", "내용"),
 }
+SPEAKERS = {"user": ("user", "human", "사용자", "질문"), "bot": ("bot", "assistant", "챗봇", "답변")}
 
 
 class DataError(ValueError):
@@ -177,14 +181,39 @@ def read_records(path: str | Path) -> tuple[list[str], list[tuple[int, list[str]
 
 
 def read_rows(path: str | Path) -> tuple[list[tuple[int, str, str, object]], str]:
-    """Every data row as (CSV line, question, answer, raw label or None), uncleaned, and the encoding."""
+    """Every data row as (CSV line, question, answer, raw label or None), uncleaned, and the encoding. A file of
+    dialogues (columns dialogue, speaker, text) gives a row per reply (`dialogue_rows`)."""
     header, records, encoding = read_records(path)
     path = Path(path)
+    if _find_column(path, header, "dialogue", required=False) is not None:
+        return dialogue_rows(path, header, records), encoding
     q_col = _find_column(path, header, "question", required=True)
     a_col = _find_column(path, header, "answer", required=True)
     label_col = _find_column(path, header, "label", required=False)
     return [(line, fields[q_col], fields[a_col], None if label_col is None else fields[label_col])
             for line, fields in records], encoding
+
+
+def dialogue_rows(path: Path, header: list[str], records) -> list[tuple[int, str, str, None]]:
+    """A dialogue file's rows (dialogue id, speaker user or bot, text; a dialogue's messages in order) as
+    question/answer rows: every bot message right after a user message answers it, and its question carries the
+    CONTEXT_TURNS messages before that user message, newest first, after `TURN` (as `chatbot.text.with_context`
+    writes a conversation), so the model learns to read the conversation. Raises DataError for another speaker."""
+    columns = [_find_column(path, header, role, required=True) for role in ("dialogue", "speaker", "text")]
+    names = {alias: speaker for speaker, aliases in SPEAKERS.items() for alias in aliases}
+    rows, messages, current = [], [], None
+    for line, fields in records:
+        dialogue, speaker, text = (fields[column] for column in columns)
+        speaker = names.get(speaker.strip().lower())
+        if speaker is None:
+            raise DataError(path, f"speaker {fields[columns[1]]!r}: expected user or bot", row=line)
+        if dialogue != current:
+            messages, current = [], dialogue
+        if speaker == "bot" and messages and messages[-1][0] == "user":
+            earlier = [message for _, message in messages[-1 - CONTEXT_TURNS:-1]]
+            rows.append((line, TURN.join([messages[-1][1], *reversed(earlier)]), text, None))
+        messages.append((speaker, normalize(text)))
+    return rows
 
 
 def clean_rows(source: str | Path, rows, encoding: str, *,
@@ -195,7 +224,7 @@ def clean_rows(source: str | Path, rows, encoding: str, *,
     pairs, seen = [], set()
     for line, question, answer, raw_label in rows:
         report.rows_read += 1
-        question, answer = normalize(question), normalize(answer)
+        question, answer = normalize_turns(question), normalize(answer)
         if not question or not answer:
             report.dropped_empty.append(line)
             continue

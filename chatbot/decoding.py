@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from chatbot.compiled import CompiledCache
 from chatbot.config import NO_CONTEXT, ContextConfig, GenerationConfig, RerankConfig
-from chatbot.pipeline import bucket, encoder_inputs
+from chatbot.pipeline import bucket, encoder_inputs, split_turns
 from chatbot.plan import OPTIONS_SIGNATURE, Options, Plan
 from chatbot.rerank import agreement, beam_consensus, choose, features
 from chatbot.samplers import NEG_INF, process_logits, sampler_for
@@ -94,7 +94,7 @@ class CachedDecoder:
 
     def encoder_ids(self, texts, tones=None, similarity=None) -> tf.RaggedTensor:
         """Strings (batch,) -> encoder ids (batch, None), unpadded: the question, its tone token if the model
-        learned tones, and the retrieved answers (`similarity`: the questions' `Retriever.similarity`, if at hand)."""
+        learned tones, the messages before it if the model reads them, and the retrieved answers (`similarity`: the questions' `Retriever.similarity`, if at hand)."""
         texts = tf.convert_to_tensor(texts, tf.string)
         tones = self._tones(texts, tones)
         context = context_questions = None
@@ -105,8 +105,9 @@ class CachedDecoder:
             if self.context.questions:
                 context_questions = tf.RaggedTensor.from_uniform_row_length(
                     self.tokenizer.tokenize(tf.reshape(asked, [-1])), width)
-        return encoder_inputs(self.tokenizer.tokenize(texts), self.max_length, tones if self.context.tone else None,
-                              context, self.model.encoder_length, context_questions)
+        question, turns = split_turns(self.tokenizer.tokenize, texts, self.context.turns)
+        return encoder_inputs(question, self.max_length, tones if self.context.tone else None,
+                              context, self.model.encoder_length, context_questions, turns)
 
     def _tones(self, texts, tones):
         """The tones (batch,) int the graph uses: as asked, or -1 (none) when none was asked or none learned."""

@@ -3,7 +3,8 @@
 Owns: the `tf.Module` whose `serving_default` signature runs normalisation, SentencePiece
 tokenisation, retrieval of the nearest training answers, cached greedy decoding, the reply weighed
 against the retrieved answers (`candidates`, as `Chatbot.reply` by default) and detokenisation inside
-the graph (and `serve_with_tone` the same with a tone per question), so the SavedModel
+the graph (`serve_with_tone` the same with a tone per question, and `serve_with_history` with the
+conversation before each question as well), so the SavedModel
 answers in a process that imports only `tensorflow` and `tensorflow_text` (and serves under
 TensorFlow Serving). A reply that ran to its limit in a loop is cut as `Chatbot.reply` cuts it, and a
 message that may signal a crisis gets `chatbot.safety`'s reply, both in the graph. Must not depend on
@@ -22,14 +23,18 @@ from chatbot.artifacts import EXPORT_MARKER, recover_model_dir, replace_dir, tem
 from chatbot.config import __version__
 from chatbot.decoding import CachedDecoder
 from chatbot.generate import Chatbot
+from chatbot.pipeline import in_window
 from chatbot.safety import ABUSE_PATTERN, ABUSE_REPLY, NOT_COMPACT, SELF_HARM_PATTERN, SELF_HARM_REPLY
+from chatbot.text import TURN
 from chatbot.tokenizer import END_ID, PAD_ID, normalize_tf
 
 
 class ReplyModule(tf.Module):
     """`serve(questions: string[batch]) -> {"replies": string[batch]}` with `Chatbot.reply`'s default
     decoding (the model's own reply, as the compiled loop writes it), and
-    `serve_with_tone(questions, tones: int32[batch])` (0 everyday, 1 sad, 2 love, -1 none)."""
+    `serve_with_tone(questions, tones: int32[batch])` (0 everyday, 1 sad, 2 love, -1 none), and
+    `serve_with_history(questions, history: string[batch, messages], tones)`: each question's earlier messages,
+    oldest first, "" where a row has fewer (a model trained on dialogues reads the last ones)."""
 
     def __init__(self, bot: Chatbot):
         super().__init__(name="chatbot")
@@ -40,6 +45,7 @@ class ReplyModule(tf.Module):
                                       rerank=bot.config.rerank)
         settings, self._options = bot.options(max_new_tokens=bot.model.max_length, seed=0)
         self._plan = self._decoder.plan(settings, jit=True)
+        self._turns = bot.config.context.turns
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions")], autograph=False)
     def serve(self, questions):
@@ -53,7 +59,27 @@ class ReplyModule(tf.Module):
         shortened = self._decoder.tokenizer.detokenize(tf.where(tf.range(tf.shape(ids)[1])[None] < cut[:, None],
                                                                 ids, PAD_ID))
         replies = tf.where(cut < tf.shape(ids)[1], shortened, replies)
-        return {"replies": crisis_replies_graph(questions, replies)}
+        return {"replies": crisis_replies_graph(tf.strings.split(questions, TURN).to_tensor("")[:, 0], replies)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions"),
+                                  tf.TensorSpec([None, None], tf.string, name="history"),
+                                  tf.TensorSpec([None], tf.int32, name="tones")], autograph=False)
+    def serve_with_history(self, questions, history, tones):
+        return self.serve_with_tone(with_context_graph(questions, history, self._turns), tones)
+
+
+def with_context_graph(questions: tf.Tensor, history: tf.Tensor, turns: int) -> tf.Tensor:
+    """`chatbot.text.with_context` in the graph: each question (batch,) and the last `turns` non-empty messages of
+    its history (batch, messages; oldest first), newest first, cleaned and separated by `TURN`."""
+    if not turns:
+        return questions
+    messages = normalize_tf(history)
+    messages = tf.ragged.boolean_mask(messages, messages != "")
+    lengths = messages.row_lengths()
+    earlier = tf.reverse(in_window(messages, lengths - turns, lengths), axis=[1])
+    joined = tf.strings.reduce_join(tf.concat([normalize_tf(questions)[:, None], earlier], axis=1), axis=1,
+                                    separator=TURN)
+    return tf.where(lengths > 0, joined, questions)
 
 
 def runaway_cut_graph(ids: tf.Tensor, copies: int = 3) -> tf.Tensor:
@@ -96,7 +122,8 @@ def export_saved_model(model_dir: str | Path, out_dir: str | Path, overwrite: bo
     temp = temp_path_beside(out_dir)
     try:
         tf.saved_model.save(module, str(temp), signatures={"serving_default": module.serve,
-                                                           "serve_with_tone": module.serve_with_tone})
+                                                           "serve_with_tone": module.serve_with_tone,
+                                                           "serve_with_history": module.serve_with_history})
         (temp / EXPORT_MARKER).write_text(json.dumps({"written_by": "chatbot export", "version": __version__,
                                                       "model": str(model_dir)}, ensure_ascii=False), encoding="utf-8")
     except BaseException:

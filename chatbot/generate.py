@@ -23,7 +23,7 @@ from chatbot.plan import Options, Plan
 from chatbot.replies import Provenance, revealed, runaway_cut, streamed_text, trim
 from chatbot.safety import crisis_reply
 from chatbot.samplers import suppress_special
-from chatbot.text import check_questions
+from chatbot.text import check_history, check_questions, question_part, with_context
 from chatbot.tokenizer import END_ID, START_ID, Tokenizer
 
 __all__ = ["Chatbot", "runaway_cut"]
@@ -105,9 +105,28 @@ class Chatbot:
         """Whether a reply with these checked settings runs at once, with no graph to trace first."""
         return self.decoder.ready(self.decoder.plan(settings))
 
-    def _checked(self, texts, tone, settings, decoding) -> tuple[list[str], list[int], GenerationConfig, Options]:
-        """The questions, their tones, the settings and their tensors, all checked before any decoding."""
+    @property
+    def reads_context(self) -> bool:
+        """Whether the model learned to read the conversation before a message (its training data had dialogues)."""
+        return self.config.context.turns > 0
+
+    def in_context(self, text: str, history=None) -> str:
+        """A checked question with the conversation before it (`history`: `{"role": "user" | "assistant",
+        "content": str}` messages, oldest first) as the one string the model reads (`chatbot.text.with_context`):
+        the question and its last `ContextConfig.turns` messages (none for a model that reads no context).
+        Raises ValueError for a bad question or history."""
+        (text,) = check_questions([text])
+        return with_context(text, check_history(history), self.config.context.turns)
+
+    def _checked(self, texts, tone, settings, decoding, histories=None) -> tuple[list[str], list[int],
+                                                                                  GenerationConfig, Options]:
+        """The questions (with their conversations, if `histories` gives one per question), their tones, the
+        settings and their tensors, all checked before any decoding."""
         texts = check_questions(texts)
+        if histories is not None:
+            if isinstance(histories, (str, dict)) or len(histories) != len(texts):
+                raise ValueError("histories must be a list with one history per question")
+            texts = [self.in_context(text, history) for text, history in zip(texts, histories)]
         return texts, self.tone_ids(tone, len(texts)), *self.options(settings, **decoding)
 
     def reply_ids(self, texts: list[str], tone=None, settings: GenerationConfig | None = None,
@@ -116,9 +135,10 @@ class Chatbot:
         return self.decoder.replies(texts, tones, options, self.decoder.plan(settings))[0].numpy()
 
     def reply_batch(self, texts: list[str], tone=None, settings: GenerationConfig | None = None,
-                    **decoding) -> list[str]:
-        """Replies to many questions at once; `tone`: None, or everyday/sad/love (or 0-2) for all of them."""
-        texts, tones, settings, options = self._checked(texts, tone, settings, decoding)
+                    histories=None, **decoding) -> list[str]:
+        """Replies to many questions at once; `tone`: None, or everyday/sad/love (or 0-2) for all of them;
+        `histories`: None, or each question's conversation before it (see `in_context`)."""
+        texts, tones, settings, options = self._checked(texts, tone, settings, decoding, histories)
         if not texts:
             return []
         replies = self.texts_of(*self.decoder.replies(texts, tones, options, self.decoder.plan(settings)))
@@ -139,22 +159,27 @@ class Chatbot:
     def with_crisis_replies(texts: list[str], replies: list[str]) -> list[str]:
         """Each reply, or the fixed crisis reply where its question may signal self-harm, suicide or abuse
         (`chatbot.safety`): no decoding setting or training row changes what such a message gets."""
-        return [crisis_reply(text) or reply for text, reply in zip(texts, replies)]
+        return [crisis_reply(question_part(text)) or reply for text, reply in zip(texts, replies)]
 
     def reply(self, text: str, tone=None, details: bool = False, settings: GenerationConfig | None = None,
-              **decoding):
-        """The reply as a string; with `details`, a dict that also says where it came from (`provenance`)."""
-        reply = self.reply_batch([text], tone, settings, **decoding)[0]
-        return self.provenance(text, reply) if details else reply
+              history=None, **decoding):
+        """The reply as a string; with `details`, a dict that also says where it came from (`provenance`).
+        `history`: the conversation before `text`, as `{"role": "user" | "assistant", "content": str}` messages,
+        oldest first (Gradio's chat format); a model trained on dialogues reads its last messages."""
+        reply = self.reply_batch([text], tone, settings, None if history is None else [history], **decoding)[0]
+        return self.provenance(text, reply, history) if details else reply
 
-    def provenance(self, text: str, reply: str) -> dict:
-        """Whether `reply` is exactly a training answer and which question it answered (`replies.Provenance`)."""
-        return self._provenance(text, reply)
+    def provenance(self, text: str, reply: str, history=None) -> dict:
+        """Whether `reply` is exactly a training answer and which question it answered (`replies.Provenance`),
+        for `text` with the conversation before it (`history`, as for `reply`)."""
+        return self._provenance(self.in_context(text, history), reply)
 
-    def stream(self, text: str, tone=None, settings: GenerationConfig | None = None, **decoding) -> Iterator[str]:
-        """Yield the growing reply, one token at a time (each step is one graph call)."""
-        (text,), tones, settings, options = self._checked([text], tone, settings, decoding)
-        crisis = crisis_reply(text)
+    def stream(self, text: str, tone=None, settings: GenerationConfig | None = None, history=None,
+               **decoding) -> Iterator[str]:
+        """Yield the growing reply, one token at a time (each step is one graph call); `history` as for `reply`."""
+        (text,), tones, settings, options = self._checked([text], tone, settings, decoding,
+                                                           None if history is None else [history])
+        crisis = crisis_reply(question_part(text))
         if crisis:  # at once and whole: nothing the model would write first
             yield crisis
             return

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from chatbot.text import TURN
 from chatbot.tokenizer import END_ID, NUM_SPECIAL, SEPARATOR_ID, START_ID, TONE_IDS
 
 # Widths a batch side is padded up to (its longest row's length, rounded up to one of these), so a
@@ -28,10 +29,34 @@ def add_start_end(ids: tf.RaggedTensor) -> tf.RaggedTensor:
     return tf.concat([start, ids, end], axis=1)
 
 
+def in_window(ids: tf.RaggedTensor, first, last) -> tf.RaggedTensor:
+    """Each row's items at positions [first, last) (ints or (batch,) tensors; Python slicing's rules are not
+    available for ragged inner dimensions)."""
+    positions = tf.ragged.range(ids.row_lengths())
+    first = tf.cast(first, positions.dtype)[..., None] if tf.is_tensor(first) else first
+    last = tf.cast(last, positions.dtype)[..., None] if tf.is_tensor(last) else last
+    return tf.ragged.boolean_mask(ids, (positions >= first) & (positions < last))
+
+
+def split_turns(tokenize, texts, turns: int):
+    """Strings (batch,) that may hold a conversation (`chatbot.text.TURN` between the new message and the
+    messages before it, newest first) -> the new messages' ids (batch, None) and, with `turns`, the ids of up to
+    `turns` earlier messages (batch, None, None); None when the model reads no context."""
+    if not turns:
+        return tokenize(texts), None
+    parts = tf.strings.split(texts, TURN)
+    earlier = in_window(parts, 1, turns + 1)
+    return (tokenize(parts.to_tensor("")[:, 0]),
+            tf.RaggedTensor.from_row_lengths(tokenize(earlier.flat_values), earlier.row_lengths()))
+
+
 def encoder_inputs(question_ids: tf.RaggedTensor, max_length: int, tones=None, context_ids=None,
-                   encoder_length: int | None = None, context_question_ids=None) -> tf.RaggedTensor:
-    """`[start] tone question [end]`, then for each retrieved pair `<sep> [start] its question [end] answer`
-    (or `<sep> answer` without `context_question_ids`), cut to `encoder_length`.
+                   encoder_length: int | None = None, context_question_ids=None, turn_ids=None) -> tf.RaggedTensor:
+    """`[start] tone question [end]`, then for each earlier message of `turn_ids` (batch, turns, None), newest
+    first, `[start] its last max_length // 2 tokens [end]`, then for each retrieved pair `<sep> [start] its
+    question [end] answer` (or `<sep> answer` without `context_question_ids`), cut to `encoder_length`.
+    The question keeps the first positions whatever came before it, as for a first message; the copy head
+    copies only after the first separator, so never from the conversation.
 
     The question is cut to `max_length` tokens with its end token kept; `tones` (batch,) int holds
     0/1/2 or -1 for no tone token; `context_ids` (batch, k, None) holds the retrieved answers' ids,
@@ -45,6 +70,12 @@ def encoder_inputs(question_ids: tf.RaggedTensor, max_length: int, tones=None, c
         tone = tf.ragged.boolean_mask(token[:, None], (tones >= 0)[:, None])
         body = tf.concat([tone, body], axis=1)
     ids = add_start_end(body)
+    if turn_ids is not None:
+        earlier = turn_ids.merge_dims(0, 1)  # (batch * turns, None)
+        lengths = earlier.row_lengths()
+        earlier = add_start_end(in_window(earlier, lengths - max_length // 2, lengths))
+        ids = tf.concat([ids, tf.RaggedTensor.from_row_lengths(earlier, turn_ids.row_lengths()).merge_dims(1, 2)],
+                        axis=1)
     if context_ids is not None:
         answers = context_ids.merge_dims(0, 1)[:, : max_length - 1]  # (batch * k, None)
         separator = tf.fill([answers.nrows(), 1], tf.constant(SEPARATOR_ID, ids.dtype))

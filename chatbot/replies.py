@@ -12,6 +12,7 @@ from typing import Iterable, Iterator
 import numpy as np
 import tensorflow as tf
 
+from chatbot.text import conversation
 from chatbot.tokenizer import END_ID, PAD_ID, Tokenizer
 
 
@@ -87,11 +88,11 @@ class Provenance:
             for row, pair in enumerate(self.retriever.pairs):
                 self._answer_rows.setdefault(pair.answer, []).append(row)
         similarity = self.retriever.similarity(tf.constant([text]))[0].numpy()
-        result["nearest_question"] = self.retriever.pairs[int(similarity.argmax())].question
+        result["nearest_question"] = conversation(self.retriever.pairs[int(similarity.argmax())].question)
         config = self.retriever.config
         result["fallback"] = bool(reply == config.fallback and similarity.max() < config.threshold)
         rows = self._answer_rows.get(reply)
         if rows:
             best = max(rows, key=lambda row: similarity[row])
-            result.update(copied=True, source_question=self.retriever.pairs[best].question)
+            result.update(copied=True, source_question=conversation(self.retriever.pairs[best].question))
         return result

@@ -22,6 +22,7 @@ import tensorflow as tf
 from chatbot.config import CHARACTERS_ONLY, RetrievalConfig
 from chatbot.data import QAPair
 from chatbot.sentence import SENTENCE_LENGTH, embed
+from chatbot.text import one_text
 from chatbot.tokenizer import normalize_tf
 
 # Added to the cosine similarity of rows whose label is the asked tone: among questions about as
@@ -147,7 +148,7 @@ class Retriever(tf.Module):
         self.config = config
         # A tuple: tf.Module wraps a list to track each element, which took longer than building the index.
         self.pairs = tuple(dict.fromkeys(pairs))  # a repeated row would only crowd out other candidates
-        questions = [p.question for p in self.pairs]
+        questions = [one_text(p.question) for p in self.pairs]  # as the graph cleans a message: turns become spaces
         self.characters = CharacterIndex(questions, "characters")
         if config.answers:
             documents, answer_of = answer_documents(self.pairs)
@@ -280,7 +281,7 @@ def answer_documents(pairs) -> tuple[list[str], np.ndarray]:
     documents and each pair's document (int64, per pair)."""
     questions: dict[str, list[str]] = {}
     for pair in pairs:
-        questions.setdefault(pair.answer, []).append(pair.question)
+        questions.setdefault(pair.answer, []).append(one_text(pair.question))
     where = {answer: i for i, answer in enumerate(questions)}
     documents = [" ".join([*asked, answer]) for answer, asked in questions.items()]
     return documents, np.array([where[p.answer] for p in pairs], np.int64)

@@ -30,7 +30,11 @@ SHORT_RUN_PEAK = 5e-4
 BASE_EPOCHS, BASE_PEAK = 8, 2e-4  # a model built on a trained one: measured with bench/small_csv.py
 NOT_LEARNED_LOSS_SHARE = 0.75  # a last epoch's loss above this share of the first epoch's: it did not learn
 # The default recipe's replies peaked at epoch 8 of 30 and never came back: the 22 epochs after bought nothing.
-MIN_PATIENCE = 4  # epochs without a better --select score before training stops (chrF of 800 replies is noisy)
+# Early stopping waits about PATIENCE_STEPS optimizer steps without a better --select score, in whole epochs:
+# at least MIN_PATIENCE (chrF of 800 replies is noisy), at most a quarter of the epochs. A large data set's
+# epoch is many steps, so it waits fewer epochs (the default recipe: 2, about 1,000 steps).
+PATIENCE_STEPS = 600
+MIN_PATIENCE = 2
 ONE_REPLY_SHARE = 0.2  # distinct validation replies below this share: one sentence for everything
 # What `fitted_to_data` chooses for a setting left unset, in words (the CLI's help says it).
 WHEN_UNSET = {
@@ -39,7 +43,8 @@ WHEN_UNSET = {
     "repeats": f"at least {MIN_STEPS_PER_EPOCH} steps an epoch",
     "warmup_steps": f"{FULL_WARMUP_STEPS:,}, or a fifth of a shorter run",
     "val_fraction": f"{VAL_FRACTION}, or 0 under {SMALL_DATA_PAIRS:,} pairs",
-    "early_stopping": f"an eighth of the epochs, at least {MIN_PATIENCE}, when questions are held out; else off",
+    "early_stopping": f"about {PATIENCE_STEPS:,} steps in epochs (at least {MIN_PATIENCE}, at most a quarter of the "
+                      f"epochs) when questions are held out; else off",
 }
 
 
@@ -56,15 +61,17 @@ def fitted_to_data(config: ChatbotConfig, pairs: int, built_on_base: bool = Fals
     batch_size = train.batch_size or (64 if train_pairs >= 2000 else 32 if train_pairs >= 500 else 16)
     repeats = train.repeats or max(1, math.ceil(MIN_STEPS_PER_EPOCH * batch_size / train_pairs))
     epochs = train.epochs or (50 if train_pairs >= 2000 else 40)
-    total_steps = epochs * math.ceil(train_pairs * repeats / batch_size)
+    steps_per_epoch = math.ceil(train_pairs * repeats / batch_size)
+    total_steps = epochs * steps_per_epoch
     warmup = train.warmup_steps or (FULL_WARMUP_STEPS if total_steps >= 2.5 * FULL_WARMUP_STEPS
                                     else max(50, total_steps // 5))
     peak = train.peak_learning_rate
     if peak is None and not train.warmup_steps and warmup < FULL_WARMUP_STEPS:  # a short warmup chosen here
         # must not raise the peak (a warmup given explicitly keeps the paper's d_model^-0.5 * warmup^-0.5)
         peak = min(SHORT_RUN_PEAK, config.model.d_model ** -0.5 * FULL_WARMUP_STEPS ** -0.5)
+    fitted = min(max(MIN_PATIENCE, math.ceil(PATIENCE_STEPS / steps_per_epoch)), max(MIN_PATIENCE, epochs // 4))
     patience = train.early_stopping if train.early_stopping is not None else (
-        max(MIN_PATIENCE, epochs // 8) if val_fraction else 0)  # without held-out questions: every epoch counts
+        fitted if val_fraction else 0)  # without held-out questions: every epoch counts
     return dataclasses.replace(
         config, data=dataclasses.replace(data, val_fraction=val_fraction),
         train=dataclasses.replace(train, batch_size=batch_size, repeats=repeats, epochs=epochs, warmup_steps=warmup,

@@ -20,7 +20,6 @@ import threading
 from concurrent.futures import Future
 
 from chatbot.config import GenerationConfig
-from chatbot.text import check_questions
 
 
 @dataclasses.dataclass
@@ -58,11 +57,12 @@ class ReplyBatcher:
         self.batches: list[int] = []  # the size of every batch decoded so far (for tests and benchmarks)
         self.alone = 0  # requests decoded beside the batches, their graph not traced yet
 
-    def reply(self, bot, question: str, tone=None, settings: GenerationConfig | None = None, **decoding) -> str:
+    def reply(self, bot, question: str, tone=None, settings: GenerationConfig | None = None, history=None,
+              **decoding) -> str:
         """`bot`'s reply to `question`; `settings`: the decoding options as the caller checked them, or else
-        `decoding` as keywords."""
-        # A refused question or option fails here, in the caller's thread, before it can join a batch.
-        check_questions([question])
+        `decoding` as keywords; `history`: the conversation before it (`Chatbot.in_context`)."""
+        # A refused question, history or option fails here, in the caller's thread, before it can join a batch.
+        question = bot.in_context(question, history)
         settings = bot.check(tone, settings, **decoding)
         if not bot.ready(settings):
             # Settings whose graph is not traced yet cost seconds of tracing: decoded in this caller's thread,

@@ -12,7 +12,11 @@ import sys
 import threading
 
 from chatbot.artifacts import check_model_dir
+from chatbot.config import CONTEXT_TURNS
 from chatbot.text import check_questions
+
+
+NEW_CONVERSATION = ("/new", "/새대화")  # REPL lines that start a new conversation
 
 
 class UserError(Exception):
@@ -28,9 +32,10 @@ def check_question(text: str) -> str:
     return text
 
 
-def chat(model: str, question: str | None, decoding: dict, load_tensorflow=lambda: None) -> None:
-    """Answer `question`, or each piped line of stdin, or talk in a REPL; `decoding`: checked options and tone.
-    `load_tensorflow` is called once the question and the model directory are checked."""
+def chat(model: str, question: str | None, decoding: dict, load_tensorflow=lambda: None, context: bool = True) -> None:
+    """Answer `question`, or each piped line of stdin (each on its own), or talk in a REPL (which keeps the
+    conversation unless `context` is False); `decoding`: checked options and tone. `load_tensorflow` is called
+    once the question and the model directory are checked."""
     if question is not None:
         check_question(question)
     check_model_dir(model)
@@ -44,7 +49,7 @@ def chat(model: str, question: str | None, decoding: dict, load_tensorflow=lambd
     else:
         tracing = trace_in_background(bot, decoding)
         try:
-            chat_interactively(bot, model, decoding)
+            chat_interactively(bot, model, decoding, context)
         finally:
             tracing.join()  # a process that exits while a thread is inside TensorFlow aborts
 
@@ -93,8 +98,12 @@ class ModelOnFirstUse:
         return self.bot.reply(text, **decoding)
 
 
-def chat_interactively(bot, model, decoding: dict) -> None:
-    print(f"chatbot ({model}) — 빈 줄이나 Ctrl-D로 끝내요.")
+def chat_interactively(bot, model, decoding: dict, context: bool = True) -> None:
+    """A conversation: each reply reads the messages before it (with `context`, on a model trained on dialogues);
+    a line in NEW_CONVERSATION starts a new one, an empty line or Ctrl-D ends."""
+    keeps = context and bot.reads_context
+    print(f"chatbot ({model}) — 빈 줄이나 Ctrl-D로 끝내요." + (" /new: 새 대화" if keeps else ""))
+    history = []
     while True:
         try:
             line = input("나> ")
@@ -102,10 +111,19 @@ def chat_interactively(bot, model, decoding: dict) -> None:
             break
         if not line.strip():
             break
+        if line.strip() in NEW_CONVERSATION:
+            history = []
+            print("(새 대화)", flush=True)
+            continue
         try:
-            print(f"챗봇> {bot.reply(check_question(line), **decoding)}", flush=True)
+            question = check_question(line)
+            reply = bot.reply(question, history=history if keeps else None, **decoding)
         except UserError as error:
             print(f"error: {error}", file=sys.stderr)
+            continue
+        print(f"챗봇> {reply}", flush=True)
+        history = [*history, {"role": "user", "content": question}, {"role": "assistant", "content": reply}]
+        history = history[-2 * CONTEXT_TURNS:]  # more than the model reads, never the whole session
 
 
 def answer_lines(bot, lines, decoding: dict) -> None:

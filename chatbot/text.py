@@ -1,7 +1,9 @@
 """Korean text normalisation shared by training and inference, and what a question may be.
 
-Owns: the one definition of a clean string (Unicode NFC, no control characters, single spaces), and
-`check_questions`, the one rule every entry point applies to a question before any model work.
+Owns: the one definition of a clean string (Unicode NFC, no control characters, single spaces),
+`check_questions`, the one rule every entry point applies to a question before any model work, and a
+message with its context as one string (`with_context`, `check_history`): the new message first, then the
+messages before it, newest first, separated by `TURN`.
 `tokenizer.py` applies the same rules inside the TensorFlow graph with the patterns defined here.
 Hangul jamo such as ㅋ/ㅠ/ㅎ and emoji are kept: in chat they carry meaning.
 Must not import TensorFlow.
@@ -10,12 +12,18 @@ Must not import TensorFlow.
 import re
 import unicodedata
 
-from chatbot.config import MAX_QUESTION_CHARS
+from chatbot.config import CONTEXT_TURNS, MAX_QUESTION_CHARS
 
 # Written with literal characters (not \\u escapes) so that both Python's `re` and RE2
 # (tf.strings.regex_replace) read the same patterns.
-CONTROL_CHARS = "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b\ufeff]"
-WHITESPACE_RUN = "[ \t\n\r\x0b\x0c\u00a0\u3000]+"
+CONTROL_CHARS = "[\x00-\x08\x0b\x0c\x0e-\x1d\x1f\x7f\u200b\ufeff]"
+# TURN (ASCII's record separator) parts the messages of one model input; cleaning the whole string folds it
+# into a space like other whitespace, so retrieval reads a message and its context as one text.
+TURN = "\x1e"
+WHITESPACE_RUN = "[ \t\n\r\x0b\x0c\x1e\u00a0\u3000]+"
+ROLES = ("user", "assistant")  # a history message's role, as Gradio's chat and OpenAI-style APIs write it
+MAX_HISTORY_MESSAGES = 1000  # a longer history is refused; the model reads only its last CONTEXT_TURNS
+CONTEXT_CHARS = 200  # an earlier message's last characters kept (the model reads its last max_length // 2 tokens)
 
 _control = re.compile(CONTROL_CHARS)
 _whitespace = re.compile(WHITESPACE_RUN)
@@ -39,7 +47,7 @@ def check_questions(texts) -> list[str]:
             raise ValueError(f"a question must be a string, got {type(text).__name__}")
         if not normalize(text):  # spaces, control characters: the model would answer a question nobody asked
             raise ValueError("the question is empty")
-        if len(text) > MAX_QUESTION_CHARS:
+        if len(question_part(text)) > MAX_QUESTION_CHARS:  # the messages before it are cut by `with_context`
             raise ValueError(f"the question is too long ({len(text):,} characters; at most {MAX_QUESTION_CHARS:,})")
         if not text.isascii():
             try:
@@ -47,3 +55,62 @@ def check_questions(texts) -> list[str]:
             except UnicodeEncodeError:  # a lone surrogate ("\ud800"): no UTF-8 for the graph to read
                 raise ValueError("the question is not valid Unicode text (it holds a lone surrogate)") from None
     return texts
+
+
+def normalize_turns(text: str) -> str:
+    """`normalize` for each message of a string with context, keeping the `TURN` between them (empty ones dropped)."""
+    turns = [normalize(turn) for turn in str(text).split(TURN)]
+    return TURN.join(turn for turn in turns if turn)
+
+
+def check_history(history) -> list[str]:
+    """The messages of a conversation before the new one, oldest first, as a list of `{"role": "user" |
+    "assistant", "content": str}` dicts (Gradio's chat format; None or [] for none); returns their texts.
+    ValueError for anything else: not a list, a role other than those two, a content that is not text, blank
+    or over MAX_QUESTION_CHARS characters, or more than MAX_HISTORY_MESSAGES messages."""
+    if history is None:
+        return []
+    if isinstance(history, (str, bytes, dict)) or not isinstance(history, (list, tuple)):
+        raise ValueError(f"history must be a list of {{\"role\", \"content\"}} messages, got {type(history).__name__}")
+    if len(history) > MAX_HISTORY_MESSAGES:
+        raise ValueError(f"the history is too long ({len(history):,} messages; at most {MAX_HISTORY_MESSAGES:,})")
+    texts = []
+    for number, message in enumerate(history, 1):
+        if not isinstance(message, dict) or set(message) - {"role", "content", "metadata", "options"}:
+            raise ValueError(f"history message {number} must be a {{\"role\", \"content\"}} dict")
+        if message.get("role") not in ROLES:
+            raise ValueError(f"history message {number} has role {message.get('role')!r}; "
+                             f"roles are {' and '.join(ROLES)}")
+        content = message.get("content")
+        if not isinstance(content, str):
+            raise ValueError(f"history message {number}'s content must be text, got {type(content).__name__}")
+        try:
+            texts.extend(check_questions([content]))
+        except ValueError as error:
+            raise ValueError(f"history message {number}: {error}".replace("the question", "the message")) from None
+    return texts
+
+
+def with_context(question: str, history: list[str], turns: int = CONTEXT_TURNS) -> str:
+    """A checked question and the checked texts of the messages before it (oldest first) as the one string a
+    model reads: the question, then the last `turns` of those messages, newest first, each cleaned
+    (`normalize`, so no message can hold a `TURN` of its own), cut to its last CONTEXT_CHARS characters and
+    separated by `TURN`; the question as it is when there is no context to add."""
+    earlier = [normalize(text)[-CONTEXT_CHARS:] for text in reversed(history[-turns:])] if turns else []
+    earlier = [text for text in earlier if text]
+    return TURN.join([normalize(question), *earlier]) if earlier else question
+
+
+def question_part(text: str) -> str:
+    """The new message of a string with context (the whole string when it has none)."""
+    return text.split(TURN, 1)[0]
+
+
+def one_text(text: str) -> str:
+    """A clean string with context as `normalize` leaves it: its messages joined by spaces (what retrieval reads)."""
+    return text.replace(TURN, " ")
+
+
+def conversation(text: str) -> str:
+    """A string with context as a person reads it: the messages in the order they were written, arrows between."""
+    return " → ".join(reversed(text.split(TURN)))

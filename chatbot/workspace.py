@@ -283,7 +283,7 @@ class BackgroundTrainer:
 def typed_chat_function(chat, doc: str | None = None, refuse=ValueError):
     """`chat(message, model="", **decoding)` as a plain function with one typed parameter per
     GenerationConfig field, in field order, which is what an API layer (Gradio's `gr.api`) reads:
-    `(message, <GenerationConfig fields>, model, tone)`. Arguments that do not fit it (a missing message,
+    `(message, <GenerationConfig fields>, model, tone, history)`. Arguments that do not fit it (a missing message,
     one too many) raise `refuse(reason)`, an error the API layer shows its caller."""
     kind, types = inspect.Parameter.POSITIONAL_OR_KEYWORD, typing.get_type_hints(GenerationConfig)
     defaults = GenerationConfig()
@@ -291,7 +291,8 @@ def typed_chat_function(chat, doc: str | None = None, refuse=ValueError):
                   *(inspect.Parameter(f.name, kind, default=getattr(defaults, f.name), annotation=types[f.name])
                     for f in dataclasses.fields(GenerationConfig)),
                   inspect.Parameter("model", kind, default="", annotation=str),
-                  inspect.Parameter("tone", kind, default="", annotation=str)]
+                  inspect.Parameter("tone", kind, default="", annotation=str),
+                  inspect.Parameter("history", kind, default=None, annotation=list | None)]
     signature = inspect.Signature(parameters, return_annotation=str)
 
     def typed_chat(*args, **kwargs):

@@ -41,6 +41,24 @@ TINY_PAIRS = [
     ("잘 자", "좋은 꿈 꾸세요.", 0),
 ]
 
+# Three short dialogues whose follow-up is the same "응": only the conversation before it tells the replies apart.
+TINY_DIALOGUES = [
+    ("d1", "user", "소나기 온다"), ("d1", "bot", "우산 있어요?"), ("d1", "user", "응"), ("d1", "bot", "다행이에요, 젖지 마세요."),
+    ("d2", "user", "출출해"), ("d2", "bot", "라면 끓일까요?"), ("d2", "user", "응"), ("d2", "bot", "물 먼저 올려요."),
+    ("d3", "user", "할 게 없네"), ("d3", "bot", "영화 볼래요?"), ("d3", "user", "응"), ("d3", "bot", "팝콘도 챙겨요."),
+]
+
+
+def history_of(dialogue: str) -> list[dict]:
+    """The first exchange of one of TINY_DIALOGUES, as a history (Gradio's chat format)."""
+    first, reply = [text for name, _, text in TINY_DIALOGUES if name == dialogue][:2]
+    return [{"role": "user", "content": first}, {"role": "assistant", "content": reply}]
+
+
+def follow_up_answer(dialogue: str) -> str:
+    """What the bot answers "응" with, after `history_of(dialogue)`."""
+    return [text for name, _, text in TINY_DIALOGUES if name == dialogue][3]
+
 
 # pytest-xdist (`--dist loadfile`, `--no-loadscope-reorder`) hands whole files to its workers in this order
 # and the rest by name: the longest files first (their seconds on 2 cores in a comment), so that no worker
@@ -98,9 +116,16 @@ def tiny_config(epochs=4, **train):
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory, tiny_csv) -> Path:
-    """A model overfit on TINY_PAIRS, trained once per test run: 450 steps, after which it gives every
-    answer exactly (it also reads the retrieved answer; at 300 steps 7 of 30 replies were off).
+def tiny_dialogues_csv(tmp_path_factory) -> Path:
+    return write_csv(tmp_path_factory.mktemp("data") / "dialogues.csv", TINY_DIALOGUES,
+                     header=("dialogue", "speaker", "text"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tiny_csv, tiny_dialogues_csv) -> Path:
+    """A model overfit on TINY_PAIRS and TINY_DIALOGUES (so it reads the conversation before a message, as the
+    default model does), trained once per test run: 450 steps, after which it gives every answer exactly (it
+    also reads the retrieved answer; at 300 steps 7 of 30 replies were off).
     pytest-xdist's workers share it: the first to get here trains it, the others wait for it."""
     from chatbot.data import load_pairs
     from chatbot.train import train
@@ -113,7 +138,7 @@ def tiny_model_dir(tmp_path_factory, tiny_csv) -> Path:
     with open(shared / "tiny_models.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not (out / "model.keras").is_file():  # `train` writes the folder whole or not at all
-            pairs, _ = load_pairs(tiny_csv)
+            pairs = load_pairs(tiny_csv)[0] + load_pairs(tiny_dialogues_csv)[0]
             # "last": an overfit model's last epoch is its best, so no checkpoint of each better epoch is written
             train(pairs * REPEATS, tiny_config(epochs=6, select="last"), out, verbose=0, log=lambda *_: None)
     return out

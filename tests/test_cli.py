@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from chatbot import cli, terminal
-from conftest import ROOT, TINY_PAIRS, write_csv
+from conftest import ROOT, TINY_PAIRS, history_of, write_csv
 
 
 def run_cli(*args, stdin=None, cwd=ROOT):
@@ -297,6 +297,28 @@ def test_a_conversation_answers_each_line_even_while_its_graph_is_still_being_tr
     status, out, err = main(capsys, "chat", "--model", tiny_model_dir)
     assert status == 0, err
     assert out.splitlines()[1:] == ["챗봇> 반가워요."]  # after the greeting; an empty line ends the chat
+
+
+@pytest.mark.parametrize("flags, context", [([], True), (["--no-context"], False)])
+def test_a_conversation_keeps_its_context_until_new_and_no_context_answers_each_line_alone(tiny_model_dir, capsys,
+                                                                                         monkeypatch, flags, context):
+    import builtins
+    import types
+
+    first, reply = (m["content"] for m in history_of("d1"))
+    lines = iter([first, "응", "/new", "응", ""])
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(isatty=lambda: True))
+    monkeypatch.setattr(builtins, "input", lambda prompt="": next(lines))
+    bot = terminal.load_for_chat(str(tiny_model_dir), {}, jit_compile=False)
+    monkeypatch.setattr(terminal, "load_for_chat", lambda *_, **__: bot)
+    status, out, err = main(capsys, "chat", "--model", tiny_model_dir, *flags)
+    assert status == 0, err
+    said = [line.removeprefix("챗봇> ") for line in out.splitlines()[1:]]
+    asked = bot.reply(first)
+    assert said[0] == asked
+    followed = bot.reply("응", history=[{"role": "user", "content": first}, {"role": "assistant", "content": asked}])
+    assert said[1] == (followed if context else bot.reply("응"))
+    assert said[2:] == ["(새 대화)", bot.reply("응")]
 
 
 @pytest.mark.slow  # a TensorFlow subprocess

@@ -87,7 +87,7 @@ def test_every_decoding_option_is_an_app_control_and_a_chat_api_parameter():
 
     assert list(app.CONTROLS) == DECODING_OPTIONS
     api = inspect.signature(app.typed_chat_function(lambda **_: ""))
-    assert list(api.parameters) == ["message", *DECODING_OPTIONS, "model", "tone"]
+    assert list(api.parameters) == ["message", *DECODING_OPTIONS, "model", "tone", "history"]
     assert all(api.parameters[name].default == getattr(GenerationConfig(), name) for name in DECODING_OPTIONS)
 
 

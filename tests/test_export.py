@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from chatbot.export import export_saved_model
-from conftest import TINY_PAIRS
+from conftest import TINY_PAIRS, follow_up_answer
 
 # Runs in a fresh interpreter that must never import the chatbot package.
 SERVE = """
@@ -18,14 +18,19 @@ questions = json.loads(sys.argv[2])
 plain = model.signatures["serving_default"](questions=tf.constant(questions))["replies"]
 sad = model.signatures["serve_with_tone"](questions=tf.constant(questions),
                                           tones=tf.fill([len(questions)], 1))["replies"]
+history = tf.constant([["", "소나기 온다", "우산 있어요?"], ["", "", "출출해"], ["", "", ""], ["죽고 싶어", "힘들었겠어요", "출출해"]])
+followed = model.signatures["serve_with_history"](questions=tf.constant(["응", "응", "응", "응"]), history=history,
+                                                  tones=tf.fill([4], -1))["replies"]
 assert "chatbot" not in sys.modules
-print(json.dumps([[r.decode("utf-8") for r in replies.numpy()] for replies in (plain, sad)], ensure_ascii=False))
+print(json.dumps([[r.decode("utf-8") for r in replies.numpy()] for replies in (plain, sad, followed)],
+                 ensure_ascii=False))
 """
 
 
 @pytest.mark.slow  # a TensorFlow subprocess
 def test_saved_model_answers_like_chatbot_without_the_package(tiny_bot, tiny_model_dir, tmp_path):
-    """Retrieval, the tone token and decoding all run inside the SavedModel."""
+    """Retrieval, the tone token, the conversation before a message (padded with "") and decoding all run inside
+    the SavedModel."""
     assert tiny_bot.config.context.retrieved and tiny_bot.has_tone
     out = export_saved_model(tiny_model_dir, tmp_path / "saved")
     questions = ["안녕하세요", *[q for q, _, _ in TINY_PAIRS[1:8]], "처음 보는 질문", "죽고 싶어", "아빠가 때려요"]
@@ -33,9 +38,13 @@ def test_saved_model_answers_like_chatbot_without_the_package(tiny_bot, tiny_mod
     result = subprocess.run([sys.executable, "-c", SERVE, str(out), json.dumps(questions)], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    plain, sad = json.loads(result.stdout.splitlines()[-1])
+    plain, sad, followed = json.loads(result.stdout.splitlines()[-1])
     assert plain == [tiny_bot.reply(q) for q in questions]  # the default decoding: the loop's own reply
     assert sad == [tiny_bot.reply(q, tone="sad") for q in questions]
+    said = lambda *texts: [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(texts)]  # noqa: E731
+    assert followed == [tiny_bot.reply("응", history=history) for history in (
+        said("소나기 온다", "우산 있어요?"), said("출출해"), [], said("죽고 싶어", "힘들었겠어요", "출출해"))]
+    assert followed[0] == follow_up_answer("d1") and followed[2] == tiny_bot.reply("응")
 
 
 def test_the_graphs_runaway_cut_cuts_where_chatbot_reply_cuts():

@@ -9,7 +9,7 @@ from chatbot.generate import Chatbot
 from chatbot.pipeline import bucket
 from chatbot.plan import Plan
 from chatbot.tokenizer import END_ID, NUM_SPECIAL
-from conftest import TINY_PAIRS
+from conftest import TINY_PAIRS, follow_up_answer, history_of
 
 QUESTIONS = [q for q, _, _ in TINY_PAIRS]
 
@@ -348,3 +348,52 @@ def test_a_message_no_training_question_is_near_gets_the_fallback_everywhere(tin
     assert strict.reply("양자역학 설명해줘", details=True)["fallback"] is True
     assert strict.reply("배고파", details=True)["fallback"] is False
     assert tiny_bot.reply("양자역학 설명해줘") != "잘 모르겠어요. 가게로 전화 주세요."
+
+
+# -- the conversation before a message --
+
+def test_the_same_follow_up_gets_the_reply_its_conversation_asks_for(tiny_bot):
+    assert tiny_bot.reads_context  # trained with dialogues
+    for dialogue in ("d1", "d2", "d3"):
+        history = history_of(dialogue)
+        assert tiny_bot.reply("응", history=history) == follow_up_answer(dialogue)
+        assert list(tiny_bot.stream("응", history=history))[-1] == follow_up_answer(dialogue)
+    histories = [history_of(d) for d in ("d3", "d1")]
+    assert tiny_bot.reply_batch(["응", "응"], histories=histories) == [follow_up_answer("d3"), follow_up_answer("d1")]
+    assert tiny_bot.reply_batch(["응"], histories=[[]]) == [tiny_bot.reply("응")]  # an empty history: no context
+
+
+def test_a_first_message_with_an_empty_history_is_answered_as_before(tiny_bot):
+    for question, answer, _ in TINY_PAIRS[:5]:
+        assert tiny_bot.reply(question, history=[]) == tiny_bot.reply(question) == answer
+
+
+def test_only_the_last_messages_are_read(tiny_bot):
+    older = [{"role": "user", "content": "할 게 없네"}, {"role": "assistant", "content": "영화 볼래요?"}]
+    assert tiny_bot.reply("응", history=[*older, *history_of("d2")]) == follow_up_answer("d2")
+
+
+def test_provenance_names_the_conversation_it_matched(tiny_bot):
+    details = tiny_bot.reply("응", history=history_of("d1"), details=True)
+    assert details["copied"] and details["source_question"] == "소나기 온다 → 우산 있어요? → 응"
+
+
+@pytest.mark.parametrize("history", [[{"role": "bot", "content": "안녕"}], "안녕", [{"role": "user", "content": 1}]])
+def test_a_bad_history_is_refused_before_decoding(tiny_bot, history):
+    with pytest.raises(ValueError, match="history"):
+        tiny_bot.reply("응", history=history)
+    with pytest.raises(ValueError, match="history"):
+        list(tiny_bot.stream("응", history=history))
+    with pytest.raises(ValueError, match="one history per question"):
+        tiny_bot.reply_batch(["응", "응"], histories=[[]])
+
+
+def test_the_crisis_reply_answers_the_new_message_not_the_conversation(tiny_bot):
+    from chatbot.safety import crisis_reply
+
+    crisis = "죽고 싶어"
+    assert crisis_reply(crisis)
+    said = [{"role": "user", "content": crisis}, {"role": "assistant", "content": crisis_reply(crisis)}]
+    assert tiny_bot.reply("고마워", history=said) != crisis_reply(crisis)
+    assert tiny_bot.reply(crisis, history=history_of("d1")) == crisis_reply(crisis)
+    assert list(tiny_bot.stream(crisis, history=history_of("d1"))) == [crisis_reply(crisis)]

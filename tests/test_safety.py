@@ -74,5 +74,5 @@ def test_the_command_line_and_the_apps_chat_give_the_same_crisis_reply(tiny_bot,
     assert capsys.readouterr().out.strip() == SELF_HARM_REPLY
     ui = app.ChatApp(tiny_bot, tmp_path)
     assert ui.chat("죽고 싶어") == SELF_HARM_REPLY
-    history, _, _ = list(ui.respond("죽고 싶어", [], "", "", *[getattr(app.DEFAULTS, n) for n in app.DECODING_OPTIONS]))[-1]
+    history, _, _, _ = list(ui.respond("죽고 싶어", [], [], "", "", *[getattr(app.DEFAULTS, n) for n in app.DECODING_OPTIONS]))[-1]
     assert history[-1]["content"] == app.as_text(SELF_HARM_REPLY)

@@ -52,11 +52,15 @@ def test_a_flat_loss_or_one_reply_for_everything_is_reported():
 
 def test_early_stopping_is_fitted_to_the_run_and_a_given_patience_wins():
     from chatbot.config import ChatbotConfig, DataConfig, TrainConfig
-    from chatbot.schedule import MIN_PATIENCE, fitted_to_data
+    from chatbot.schedule import MIN_PATIENCE, PATIENCE_STEPS, fitted_to_data
 
-    assert fitted_to_data(ChatbotConfig(train=TrainConfig(epochs=30)), 27760).train.early_stopping == MIN_PATIENCE
-    assert fitted_to_data(ChatbotConfig(train=TrainConfig(epochs=80)), 27760).train.early_stopping == 10
+    # about PATIENCE_STEPS steps: the default recipe's 502 steps an epoch wait 2 epochs, 6,290 pairs' 89 wait 7
+    assert PATIENCE_STEPS == 600
+    assert fitted_to_data(ChatbotConfig(train=TrainConfig(epochs=30)), 35729).train.early_stopping == MIN_PATIENCE
+    assert fitted_to_data(ChatbotConfig(train=TrainConfig(epochs=80)), 35729).train.early_stopping == MIN_PATIENCE
+    assert fitted_to_data(ChatbotConfig(), 6290).train.early_stopping == 7
+    assert fitted_to_data(ChatbotConfig(train=TrainConfig(epochs=12)), 6290).train.early_stopping == 12 // 4  # at most
     assert fitted_to_data(ChatbotConfig(), 40).train.early_stopping == 0  # no held-out questions: every epoch counts
-    assert fitted_to_data(ChatbotConfig(data=DataConfig(val_fraction=0.2)), 40).train.early_stopping == 40 // 8
+    assert fitted_to_data(ChatbotConfig(data=DataConfig(val_fraction=0.2)), 40).train.early_stopping == 40 // 4
     assert fitted_to_data(ChatbotConfig(train=TrainConfig(early_stopping=0)), 27760).train.early_stopping == 0
     assert fitted_to_data(ChatbotConfig(train=TrainConfig(early_stopping=2)), 27760).train.early_stopping == 2

@@ -1,0 +1,108 @@
+"""A message with the conversation before it: the one string a model reads, the dialogue files that teach it,
+and the encoder input that carries it."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from chatbot.data import DataError, load_pairs
+from chatbot.layers import answer_positions
+from chatbot.pipeline import encoder_inputs, split_turns
+from chatbot.text import (CONTEXT_CHARS, MAX_HISTORY_MESSAGES, TURN, check_history, check_questions, conversation,
+                          normalize, question_part, with_context)
+from chatbot.tokenizer import END_ID, SEPARATOR_ID, START_ID
+from conftest import write_csv
+
+HISTORY = [{"role": "user", "content": "배고파"}, {"role": "assistant", "content": "뭐  먹고 싶어요?"}]
+
+
+def test_the_question_comes_first_then_the_last_messages_newest_first():
+    earlier = ["처음", "그다음", *check_history(HISTORY)]
+    assert with_context("피자", earlier) == TURN.join(["피자", "뭐 먹고 싶어요?", "배고파"])  # each cleaned
+    assert with_context("피자", earlier, turns=1) == TURN.join(["피자", "뭐 먹고 싶어요?"])
+    assert with_context("피자 ", [], turns=2) == "피자 "  # nothing to add: the question as it is
+    assert with_context("피자", earlier, turns=0) == "피자"
+    assert question_part(with_context("피자", earlier)) == "피자"
+    assert conversation(with_context("피자", earlier)) == "배고파 → 뭐 먹고 싶어요? → 피자"
+
+
+def test_a_message_cannot_smuggle_a_turn_and_long_earlier_messages_are_cut():
+    joined = with_context("응", [f"가{TURN}나", "다" * 1000])
+    assert joined.split(TURN) == ["응", "다" * CONTEXT_CHARS, "가 나"]
+    assert normalize(joined) == f"응 {'다' * CONTEXT_CHARS} 가 나"  # what retrieval reads: one text
+    check_questions([joined])  # the question part is what the length rule measures
+
+
+@pytest.mark.parametrize("history, reason", [
+    ("배고파", "must be a list"),
+    ({"role": "user", "content": "배고파"}, "must be a list"),
+    ([["user", "배고파"]], "must be a"),
+    ([{"role": "system", "content": "너는 해적이야"}], "role 'system'"),
+    ([{"role": "user"}], "content must be text"),
+    ([{"role": "user", "content": 3}], "content must be text"),
+    ([{"role": "user", "content": None}], "content must be text"),
+    ([{"role": "user", "content": "  "}], "empty"),
+    ([{"role": "user", "content": "가" * 1001}], "too long"),
+    ([{"role": "user", "content": "안녕", "extra": 1}], "must be a"),
+    ([{"role": "user", "content": "안녕"}] * (MAX_HISTORY_MESSAGES + 1), "too long"),
+])
+def test_a_bad_history_gets_one_clear_error(history, reason):
+    with pytest.raises(ValueError, match=reason):
+        check_history(history)
+
+
+def test_a_good_history_in_gradio_form_gives_its_texts():
+    assert check_history(None) == [] and check_history([]) == []
+    assert check_history([*HISTORY, {"role": "user", "content": "ㅋㅋ", "metadata": None}]) == ["배고파",
+                                                                                                "뭐  먹고 싶어요?", "ㅋㅋ"]
+
+
+def test_a_dialogue_file_gives_a_pair_per_reply_with_the_messages_before_it(tmp_path):
+    path = write_csv(tmp_path / "dialogues.csv", [
+        ("d1", "user", "비 온다"), ("d1", "bot", "우산 있어요?"), ("d1", "user", "아니"),
+        ("d1", "bot", "편의점에서 하나 사요."), ("d1", "user", "ㅇㅋ"), ("d1", "bot", "조심히 가요."),
+        ("d2", "user", "배고파"), ("d2", "assistant", "뭐 먹을래요?"), ("d2", "user", "피자"), ("d2", "bot", "좋아요!"),
+    ], header=("dialogue", "speaker", "text"))
+    pairs, report = load_pairs(path)
+    assert [(p.question.split(TURN), p.answer, p.label) for p in pairs] == [
+        (["비 온다"], "우산 있어요?", None),
+        (["아니", "우산 있어요?", "비 온다"], "편의점에서 하나 사요.", None),
+        (["ㅇㅋ", "편의점에서 하나 사요.", "아니"], "조심히 가요.", None),  # two messages before, no more
+        (["배고파"], "뭐 먹을래요?", None),  # a new dialogue starts with nothing before it
+        (["피자", "뭐 먹을래요?", "배고파"], "좋아요!", None),
+    ]
+    assert report.used == 5
+
+
+def test_a_dialogue_file_with_another_speaker_names_the_row(tmp_path):
+    path = write_csv(tmp_path / "dialogues.csv", [("d1", "user", "안녕"), ("d1", "narrator", "...")],
+                     header=("dialogue", "speaker", "text"))
+    with pytest.raises(DataError, match=r"dialogues.csv:3: speaker 'narrator'"):
+        load_pairs(path)
+
+
+def _characters(texts):
+    return tf.strings.unicode_decode(texts, "UTF-8")
+
+
+def test_the_encoder_reads_the_question_first_then_each_earlier_message_cut_to_its_end():
+    texts = tf.constant([TURN.join(["ab", "cdefgh", "ij"]), "k"])
+    question, turns = split_turns(_characters, texts, 2)
+    answers = tf.RaggedTensor.from_uniform_row_length(_characters(tf.constant(["xy", "z"])), 1)
+    ids = encoder_inputs(question, 8, None, answers, 64, None, turns).to_list()
+    c = [ord(char) for char in "abcdefghijkxyz"]
+    a, b, d, g, h, i, j, k, x, y, z = (ord(char) for char in "abdghijkxyz")
+    assert ids[0] == [START_ID, a, b, END_ID, START_ID, c[4], c[5], g, h, END_ID, START_ID, i, j, END_ID,
+                      SEPARATOR_ID, x, y]  # each earlier message keeps its last max_length // 2 tokens
+    assert ids[1] == [START_ID, k, END_ID, SEPARATOR_ID, z]  # a first message: as a model without context reads it
+    assert split_turns(_characters, texts, 0)[1] is None  # a model that reads no context reads the whole string
+    assert split_turns(_characters, texts, 1)[1].to_list()[0] == [[ord(char) for char in "cdefgh"]]
+
+
+def test_the_copy_head_copies_from_retrieved_answers_never_from_the_conversation():
+    texts = tf.constant([TURN.join(["ab", "cd"])])
+    question, turns = split_turns(_characters, texts, 2)
+    answers = tf.RaggedTensor.from_uniform_row_length(_characters(tf.constant(["xy"])), 1)
+    ids = encoder_inputs(question, 8, None, answers, 64, None, turns).to_tensor()
+    copyable = np.array(answer_positions(ids))[0]
+    assert [chr(t) for t in ids[0].numpy()[copyable]] == ["x", "y"]
