@@ -1,6 +1,7 @@
 """Training: tokenizer, datasets, model, compile, callbacks, distribution, artifacts.
 
-Owns: one `train()` that turns clean pairs and a `ChatbotConfig` into a model directory.
+Owns: one `train()` that turns clean pairs and a `ChatbotConfig` into a model directory, in stages:
+`start_run`, then `prepare_data` → `build` → `fit` → `select` → `save`.
 State of an unfinished run (tokenizer, backups, best weights, logs) lives in `<out>.training/`
 beside the output (see `chatbot.runstate`), so `resume=True` continues a killed or crashed run
 from its last completed epoch, optimizer included. Mixed precision and XLA are on by default
