@@ -25,7 +25,7 @@ from chatbot.decoding import CachedDecoder
 from chatbot.generate import Chatbot
 from chatbot.pipeline import in_window
 from chatbot.safety import ABUSE_PATTERN, ABUSE_REPLY, NOT_COMPACT, SELF_HARM_PATTERN, SELF_HARM_REPLY
-from chatbot.text import TURN
+from chatbot.text import CONTEXT_CHARS, TURN
 from chatbot.tokenizer import END_ID, PAD_ID, normalize_tf
 
 
@@ -70,11 +70,16 @@ class ReplyModule(tf.Module):
 
 def with_context_graph(questions: tf.Tensor, history: tf.Tensor, turns: int) -> tf.Tensor:
     """`chatbot.text.with_context` in the graph: each question (batch,) and the last `turns` non-empty messages of
-    its history (batch, messages; oldest first), newest first, cleaned and separated by `TURN`."""
+    its history (batch, messages; oldest first), newest first, cleaned, each its last CONTEXT_CHARS characters,
+    separated by `TURN`."""
     if not turns:
         return questions
     messages = normalize_tf(history)
     messages = tf.ragged.boolean_mask(messages, messages != "")
+    chars = tf.strings.length(messages.flat_values, unit="UTF8_CHAR")
+    start = tf.maximum(chars - CONTEXT_CHARS, 0)
+    messages = messages.with_flat_values(tf.strings.substr(messages.flat_values, start, chars - start,
+                                                           unit="UTF8_CHAR"))
     lengths = messages.row_lengths()
     earlier = tf.reverse(in_window(messages, lengths - turns, lengths), axis=[1])
     joined = tf.strings.reduce_join(tf.concat([normalize_tf(questions)[:, None], earlier], axis=1), axis=1,
