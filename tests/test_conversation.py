@@ -134,7 +134,7 @@ def test_retrieval_scores_a_follow_up_by_its_conversation_or_by_the_message_alon
 def test_the_saved_models_graph_joins_a_history_as_with_context_does():
     from chatbot.export import with_context_graph
 
-    histories = [["가나다" * 100, "짧아  요"], ["", "배고파"], ["", ""], ["하나", "둘", "셋"]]
+    histories = [["", "가나다" * 100, "짧아  요"], ["", "", "배고파"], ["", "", ""], ["하나", "둘", "셋"]]
     joined = with_context_graph(tf.constant(["응", "피자", "안녕", "넷"]), tf.constant(histories), 2).numpy()
     assert [text.decode() for text in joined] == [with_context(q, [m for m in h if m])
                                                   for q, h in zip(["응", "피자", "안녕", "넷"], histories)]
