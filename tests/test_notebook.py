@@ -28,7 +28,7 @@ FAST_RUN_BUDGET_S = 180
 FULL_RUN_BUDGET_S = 240
 # The chapters in the order a learner needs them: a word each chapter heading must hold, in this order.
 LEARNER_ORDER = ("준비", "토크나이저", "임베딩", "위치 인코딩", "어텐션", "멀티 헤드", "인코더", "마스크", "손실",
-                 "학습", "디코딩", "검색", "평가", "내 데이터", "부록")
+                 "학습", "디코딩", "검색", "맥락", "평가", "내 데이터", "부록")
 EXECUTION = {}  # seconds the executed fixture's run took
 # What TensorFlow and SentencePiece print from C++ at start-up; the notebook imports them quietly.
 START_UP_NOISE = re.compile(r"absl::InitializeLog|cuInit|cuda_platform|cudart_stub|oneDNN|rebuild TensorFlow|"
@@ -134,7 +134,7 @@ def test_table_of_contents_lists_every_chapter_and_headings_start_cells(source_n
 
 def test_chapters_follow_the_learner_order(source_notebook):
     """Setup, data and tokenizer, embeddings, positions, attention, heads, layers, masks, loss, training, decoding,
-    retrieval and copy, evaluation, your own data; engineering last, in an appendix."""
+    retrieval and copy, the conversation's context, evaluation, your own data; engineering last, in an appendix."""
     headings = chapter_headings(source_notebook)
     assert len(headings) == len(LEARNER_ORDER), headings
     for heading, word in zip(headings, LEARNER_ORDER):
