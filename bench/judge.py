@@ -39,13 +39,13 @@ PROBES = ROOT / "bench" / "probes.txt"
 
 def replies_of_systems(args) -> dict[str, list[str]]:
     from chatbot.data import QAPair
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
     messages, histories = probes_of(args.probes)
     systems, bot, label = {"messages": messages, "histories": histories}, None, ""
     for kind, value in args.steps:
         if kind == "model":
-            bot, label = Chatbot.load(value, jit_compile=False), Path(value).name
+            bot, label = Chatbot.load(value, compilation="graph"), Path(value).name
         elif kind == "lookup":
             systems[f"{label}:lookup"] = [a.decode() for a in bot.retriever.nearest(messages, 1).numpy()[:, 0]]
         elif kind == "bigram_lookup":

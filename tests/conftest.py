@@ -149,9 +149,9 @@ def tiny_bot(tiny_model_dir):
     """The tiny model's `Chatbot`, decoding as a plain graph: with XLA every new batch and encoder-length
     shape costs seconds of compilation on a CPU, again and again across the suite. The XLA loop gives the
     same tokens (test_generate.py checks it), and the tests of XLA itself, warm-up and the SavedModel use it."""
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
-    return Chatbot.load(tiny_model_dir, jit_compile=False)
+    return Chatbot.load(tiny_model_dir, compilation="graph")
 
 
 @pytest.fixture(scope="session")

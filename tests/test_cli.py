@@ -161,7 +161,7 @@ def test_a_hostile_model_directory_is_one_error_line(tmp_path, capsys, tiny_mode
 
 def record_jit_compile(monkeypatch) -> list[bool]:
     """`Chatbot.load`, unchanged, noting the `jit_compile` each call asked for."""
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
     asked, load = [], Chatbot.load.__func__
 
@@ -176,13 +176,13 @@ def record_jit_compile(monkeypatch) -> list[bool]:
 def test_chat_one_shot(tiny_model_dir, tiny_bot, capsys, monkeypatch):
     """One question decodes without XLA and eagerly: compiling, or tracing a graph, costs more than the reply."""
     import tensorflow as tf
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
     asked, traced, reply_batch = record_jit_compile(monkeypatch), [], Chatbot.reply_batch
 
     def recording(bot, *args, **options):
         replies = reply_batch(bot, *args, **options)
-        traced.extend(name for graphs in bot.decoder.graphs.values() for name in graphs.built)
+        traced.extend(name for graphs in bot.graphs.values() for name in graphs.built)
         return replies
 
     monkeypatch.setattr(Chatbot, "reply_batch", recording)
@@ -277,9 +277,9 @@ def test_an_ngram_size_past_the_models_max_length_is_one_error_line(tiny_model_d
 
 
 def test_a_conversation_traces_its_reply_graph_while_the_first_question_is_typed(tiny_model_dir):
-    bot = terminal.load_for_chat(str(tiny_model_dir), {}, jit_compile=False)
+    bot = terminal.load_for_chat(str(tiny_model_dir), {}, "graph")
     terminal.trace_in_background(bot, {}).join(timeout=300)
-    graphs = [graph for plan in bot.decoder.graphs.values() for graph in plan.built.values()]
+    graphs = [graph for plan in bot.graphs.values() for graph in plan.built.values()]
     traced = [graph.experimental_get_tracing_count() for graph in graphs]
     assert graphs and all(traced)
     assert bot.reply("배고파") == "맛있는 거 드세요."
@@ -309,7 +309,7 @@ def test_a_conversation_keeps_its_context_until_new_and_no_context_answers_each_
     lines = iter([first, "응", "/new", "응", ""])
     monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(isatty=lambda: True))
     monkeypatch.setattr(builtins, "input", lambda prompt="": next(lines))
-    bot = terminal.load_for_chat(str(tiny_model_dir), {}, jit_compile=False)
+    bot = terminal.load_for_chat(str(tiny_model_dir), {}, "graph")
     monkeypatch.setattr(terminal, "load_for_chat", lambda *_, **__: bot)
     status, out, err = main(capsys, "chat", "--model", tiny_model_dir, *flags)
     assert status == 0, err
@@ -500,7 +500,7 @@ def test_a_new_csv_builds_on_the_base_model_and_keeps_its_vocabulary_and_encoder
     measured on the default model by bench/small_csv.py: the tiny base's 200 pieces cannot spell a new answer.)"""
     import json
 
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
     faq = [(question, answer, 0) for pair in (
         ("몇 시에 열어요?", "언제 문 열어요?", "아침 9시에 열어요."), ("주차 돼요?", "차 댈 곳 있어요?", "건물 뒤에 대세요."),
@@ -517,7 +517,7 @@ def test_a_new_csv_builds_on_the_base_model_and_keeps_its_vocabulary_and_encoder
     assert config["tokenizer"] == base["tokenizer"] and config["model"] == base["model"]
     assert config["base"] == str(tiny_model_dir) and config["retrieval"]["fallback"] == "가게로 전화 주세요."
     assert (out / "sentence.keras").is_file() and config["retrieval"]["answers"] > 0
-    bot = Chatbot.load(out, jit_compile=False)
+    bot = Chatbot.load(out, compilation="graph")
     assert [p.question for p in bot.retriever.pairs] == [q for q, _, _ in faq]
     assert 0 < bot.retriever.config.threshold < 1  # calibrated on the questions that share an answer
 

@@ -195,7 +195,7 @@ def test_the_default_batch_is_the_largest_that_chatbot_warm_up_compiles():
     """The web app's batches never meet a batch shape its warm-up left for the first request to compile."""
     import inspect
 
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
     assert max(inspect.signature(Chatbot.warm_up).parameters["rows"].default) == ReplyBatcher().max_batch_size
 
@@ -240,9 +240,9 @@ def test_a_request_whose_graph_is_not_traced_never_holds_up_requests_whose_graph
 
 def test_the_decoder_knows_which_settings_are_traced(tiny_model_dir):
     from chatbot.config import GenerationConfig
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
-    bot = Chatbot.load(tiny_model_dir, jit_compile=False)
+    bot = Chatbot.load(tiny_model_dir, compilation="graph")
     new = GenerationConfig(no_repeat_ngram_size=4)
     assert not bot.ready(new)
     bot.reply("안녕", settings=new)
