@@ -46,6 +46,14 @@ def replies_of_systems(args) -> dict[str, list[str]]:
     for kind, value in args.steps:
         if kind == "model":
             bot, label = Chatbot.load(value, compilation="graph"), Path(value).name
+        elif kind == "retrieval":  # a retrieval setting for the systems of this model after it
+            import dataclasses
+
+            name, _, number = value.partition("=")
+            config = dataclasses.replace(bot.config.retrieval, **{name: float(number)})
+            bot = Chatbot.load(bot.path, compilation="graph")
+            bot.retriever.config, bot.config = config, dataclasses.replace(bot.config, retrieval=config)
+            label = f"{Path(bot.path).name}[{value}]"
         elif kind == "lookup":
             systems[f"{label}:lookup"] = [a.decode() for a in bot.retriever.nearest(messages, 1).numpy()[:, 0]]
         elif kind == "bigram_lookup":
@@ -135,6 +143,8 @@ def main(argv=None) -> int:
     writing.add_argument("--system", action=Step, dest="system", metavar="NAME=DECODING")
     writing.add_argument("--blind-system", action=Step, dest="blind_system", metavar="NAME=DECODING",
                          help="answer without the probes' history")
+    writing.add_argument("--retrieval", action=Step, dest="retrieval", metavar="NAME=VALUE",
+                         help="a RetrievalConfig field for the model's systems after it (e.g. conversation=0.5)")
     writing.add_argument("--lookup", action=Step, dest="lookup", nargs=0)
     writing.add_argument("--bigram-lookup", action=Step, dest="bigram_lookup", nargs=0)
     writing.add_argument("--probes", default=str(PROBES))

@@ -143,7 +143,9 @@ class RetrievalConfig:
     The score is a weighted mean of three cosine similarities: `characters` (TF-IDF over the characters and
     character bigrams of the training question), `answers` (the same over one document per distinct answer:
     the answer with every question it was given to) and `meaning` (the sentence encoder's embeddings of the
-    two texts, `chatbot.sentence`). A message whose best score is below `threshold` gets `fallback` instead of
+    two texts, `chatbot.sentence`). A message with the conversation before it is scored as one text, weighted
+    `conversation`, and as the new message alone, weighted the rest (a first message: alike). A message whose
+    best score is below `threshold` gets `fallback` instead of
     a reply; `train` calibrates the threshold on held-out questions. The default weights are the ones
     bench/retrieval.py chose for everyday chat; a model built on another for its own Q&A uses `FOR_OWN_DATA`;
     models saved before this section read `CHARACTERS_ONLY`."""
@@ -152,6 +154,7 @@ class RetrievalConfig:
     answers: float = 0.0
     meaning: float = 1.0
     threshold: float = 0.0
+    conversation: float = 1.0
     fallback: str = _flag(FALLBACK_REPLY, "what the model says when no training question is close enough in "
                                           "meaning (e.g. your phone number)", metavar="TEXT")
     fallback_share: float = _flag(0.05, "share of in-scope questions (held out, or new wordings of a training "
@@ -163,6 +166,9 @@ class RetrievalConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < math.inf:
                 raise ValueError(f"retrieval {name} must be a number of at least 0, got {value!r}")
+        if isinstance(self.conversation, bool) or not isinstance(self.conversation, numbers.Real) \
+                or not 0.0 <= self.conversation <= 1.0:
+            raise ValueError(f"retrieval conversation must be in [0, 1], got {self.conversation!r}")
         if not self.characters + self.answers + self.meaning:
             raise ValueError("retrieval needs a positive weight for characters, answers or meaning")
         if not isinstance(self.fallback, str) or not self.fallback.strip():

@@ -22,7 +22,7 @@ import tensorflow as tf
 from chatbot.config import CHARACTERS_ONLY, RetrievalConfig
 from chatbot.data import QAPair
 from chatbot.sentence import SENTENCE_LENGTH, embed
-from chatbot.text import one_text
+from chatbot.text import TURN, one_text
 from chatbot.tokenizer import normalize_tf
 
 # Added to the cosine similarity of rows whose label is the asked tone: among questions about as
@@ -170,7 +170,17 @@ class Retriever(tf.Module):
 
     def similarity(self, texts):
         """Messages (batch,) -> each training question's score (batch, pairs): the weighted mean of the
-        similarities `RetrievalConfig` weighs, each at most 1."""
+        similarities `RetrievalConfig` weighs, each at most 1. A message with the conversation before it
+        (`chatbot.text.TURN`) is scored as one text and as the new message alone, weighed by
+        `RetrievalConfig.conversation`."""
+        texts = tf.convert_to_tensor(texts, tf.string)
+        share = self.config.conversation
+        if share == 1.0:
+            return self._similarity(texts)
+        alone = self._similarity(tf.strings.split(texts, TURN).to_tensor("")[:, 0])
+        return alone if share == 0.0 else share * self._similarity(texts) + (1.0 - share) * alone
+
+    def _similarity(self, texts):
         texts = normalize_tf(texts)
         config = self.config
         scores = config.characters * self.characters.cosine(texts) if config.characters else 0.0

@@ -1,6 +1,7 @@
 """Training: tokenizer, datasets, model, compile, callbacks, distribution, artifacts.
 
-Owns: one `train()` that turns clean pairs and a `ChatbotConfig` into a model directory.
+Owns: one `train()` that turns clean pairs and a `ChatbotConfig` into a model directory, in stages:
+`start_run`, then `prepare_data` → `build` → `fit` → `select` → `save`.
 State of an unfinished run (tokenizer, backups, best weights, logs) lives in `<out>.training/`
 beside the output (see `chatbot.runstate`), so `resume=True` continues a killed or crashed run
 from its last completed epoch, optimizer included. Mixed precision and XLA are on by default
@@ -39,6 +40,7 @@ from chatbot.tokenizer import Tokenizer
 
 
 SENTENCE_EPOCHS = 6  # the sentence encoder's; measured in bench/retrieval.py
+BEST_WEIGHTS, STAGED_BEST = "best.weights.h5", "best.staged.weights.h5"  # in the run's state directory
 
 
 def has_gpu() -> bool:
@@ -55,39 +57,6 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
 
         return multi_worker_strategy()  # works only before this process ran any TensorFlow op
     return tf.distribute.get_strategy()
-
-
-def _best_so_far(history_path: Path | None, monitor: str, best=min) -> float | None:
-    if history_path is None:
-        return None
-    values = [float(row[monitor]) for row in read_history(history_path) if row.get(monitor)]
-    return best(values) if values else None
-
-
-def _selection_callbacks(config: ChatbotConfig, model, tokenizer, retriever, val_pairs, best_path: Path,
-                         history_path: Path | None, xla: bool) -> list:
-    """The callbacks that keep the chosen epoch's weights at `best_path` (and stop early, if asked).
-    They run before the CSV logger, so `val_chrf` lands in history.csv. Without validation pairs,
-    "chrf" and "loss" keep the epoch with the lowest training loss. The validation replies are decoded
-    with XLA when training uses it: on a CPU a plain graph traces in half the time of a compilation and
-    decodes an epoch's questions almost as fast."""
-    select, patience = config.train.select, config.train.early_stopping
-    if select == "chrf" and val_pairs:
-        from chatbot.generate import Chatbot
-        from chatbot.selection import ReplyQualityCheckpoint
-
-        monitor, mode = "val_select", "max"
-        chosen = [ReplyQualityCheckpoint(Chatbot(model, tokenizer, config, retriever=retriever, jit_compile=xla),
-                                         val_pairs, best_path,
-                                         best=_best_so_far(history_path, monitor, max))]
-    else:
-        monitor, mode = ("val_loss" if val_pairs else "loss"), "min"
-        chosen = [] if select == "last" else [keras.callbacks.ModelCheckpoint(
-            str(best_path), monitor=monitor, save_best_only=True, save_weights_only=True,
-            initial_value_threshold=_best_so_far(history_path, monitor))]
-    if patience:
-        chosen.append(keras.callbacks.EarlyStopping(monitor, patience=patience, mode=mode))
-    return chosen
 
 
 def seed_generators(seed: int) -> None:
@@ -141,12 +110,47 @@ def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, ba
     """Train on `pairs` and write a model directory at `out_dir`. Returns its path. `base`: a model to build on
     (`load_base`; `config.base` names its directory); None: from scratch. `strategy`: a tf.distribute strategy
     made earlier (multi-worker: `chatbot.cluster.multi_worker_strategy()` at the start of the process); None:
-    one made from `config.train.strategy`."""
+    one made from `config.train.strategy`.
+
+    The run goes in stages: `start_run`, then `prepare_data` → `build` → `fit` → `select` → `save`. An error
+    after `start_run` leaves a note in the run's state, so the next run tells a crash from a kill."""
     out_dir = Path(out_dir)
+    run = start_run(pairs, config, out_dir, base=base, resume=resume, overwrite=overwrite, log=log)
+    if run is None:
+        return out_dir
+    try:
+        strategy = strategy or make_strategy(run.config.train.strategy)
+        data = prepare_data(run, base, strategy.num_replicas_in_sync, log)
+        built = build(data, strategy, base, run.state, log)
+        fit(built, data, run.state, callbacks, verbose)
+        return save(select(built.model, data, run.state, log), data, out_dir, run.state, overwrite)
+    except Exception as error:  # a kill leaves no note; a crash does, so the next run can tell them apart
+        note_crash(run.state, error)
+        log(f"training stopped by {type(error).__name__}; the run is kept in {run.state}: pass --resume to continue "
+            f"it from its last completed epoch once the cause is fixed, or delete that folder to start over")
+        raise
+
+
+class Run(NamedTuple):
+    """A run started or resumed by `start_run`: its settings, its split, its vocabulary and its state directory."""
+
+    config: ChatbotConfig  # fitted to the data, built on the base (if any)
+    tokenizer: Tokenizer
+    train_pairs: list[QAPair]
+    val_pairs: list[QAPair]
+    state: Path  # `<out>.training/`
+
+
+def start_run(pairs: list[QAPair], config: ChatbotConfig, out_dir: Path, *, base: Base | None, resume: bool,
+              overwrite: bool, log) -> Run | None:
+    """Take `pairs`, the asked-for `config` and `out_dir`; return the `Run` whose state directory is ready (a new
+    one with its vocabulary learned, or the interrupted one `resume` continues), or None when there is nothing
+    to resume because `out_dir` was saved already. Raises before the state holds anything of this run: a wrong
+    `--resume`, an `out_dir` in the way, data with no answer that fits."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)  # as `save_model_dir` would, before the run's state goes beside it
     if clear_leftovers(out_dir) and resume:
         log(f"nothing to resume: {out_dir} had been saved (its run was killed while cleaning up)")
-        return out_dir
+        return None
     if out_dir.exists() and not overwrite:
         raise ArtifactError(f"{out_dir} already exists; choose another --out or pass --overwrite")
     seed_generators(config.train.seed)
@@ -165,21 +169,27 @@ def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, ba
             raise DataError("training data", f"no training answer fits in max_length {config.model.max_length} "
                             f"tokens (with its start and end tokens); raise --max-length")
         start_state(state, config, tokenizer)
-    try:
-        return _fit_and_save(tokenizer, train_pairs, val_pairs, config, out_dir, base=base, overwrite=overwrite,
-                             callbacks=callbacks, verbose=verbose, log=log, strategy=strategy)
-    except Exception as error:  # a kill leaves no note; a crash does, so the next run can tell them apart
-        note_crash(state, error)
-        log(f"training stopped by {type(error).__name__}; the run is kept in {state}: pass --resume to continue "
-            f"it from its last completed epoch once the cause is fixed, or delete that folder to start over")
-        raise
+    return Run(config, tokenizer, train_pairs, val_pairs, state)
 
 
-def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: list[QAPair], config: ChatbotConfig,
-                  out_dir: Path, *, base: Base | None = None, overwrite: bool, callbacks, verbose, log,
-                  strategy=None) -> Path:
-    """The run itself, once its state directory is ready: fit from the last backup, save, clean up."""
-    state = state_dir_for(out_dir)
+class Data(NamedTuple):
+    """What `prepare_data` hands to the stages after it."""
+
+    config: ChatbotConfig  # the run's, with its tokenizer's vocabulary
+    tokenizer: Tokenizer
+    train_pairs: list[QAPair]
+    val_pairs: list[QAPair]
+    encoder: object  # chatbot.sentence.SentenceEncoder, or None
+    retriever: Retriever | None  # over the training pairs only
+    train_batches: tf.data.Dataset
+    val_batches: tf.data.Dataset | None  # None without validation pairs
+
+
+def prepare_data(run: Run, base: Base | None, replicas: int, log) -> Data:
+    """Take the started `run`, the `base` it builds on (or None) and the number of replicas a batch is split
+    across; return its `Data`: the sentence encoder (the base's, or trained now), the retriever and the
+    training and validation batches. Logs the split, the schedule and what the encoder reads."""
+    config, tokenizer, train_pairs, val_pairs = run.config, run.tokenizer, run.train_pairs, run.val_pairs
     config = dataclasses.replace(
         config,
         model=dataclasses.replace(config.model, vocab_size=tokenizer.vocab_size),
@@ -188,14 +198,12 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
     # Training and validation questions retrieve from the training pairs only; the saved index holds all.
     encoder = None
     if config.context.retrieved and config.retrieval.meaning:
-        encoder = base.encoder if base is not None else _sentence_encoder(state, tokenizer, train_pairs, config, log)
+        encoder = base.encoder if base is not None else _sentence_encoder(run.state, tokenizer, train_pairs, config, log)
     retriever = Retriever(train_pairs, config.retrieval, encoder, tokenizer) if config.context.retrieved else None
-    strategy = strategy or make_strategy(config.train.strategy)
-    replicas = strategy.num_replicas_in_sync
-    train_data, too_long = training_batches(tokenizer, train_pairs * config.train.repeats, config, True, retriever,
-                                            True, replicas)
-    val_data = (training_batches(tokenizer, val_pairs, config, False, retriever, replicas=replicas)[0]
-                if val_pairs else None)
+    train_batches, too_long = training_batches(tokenizer, train_pairs * config.train.repeats, config, True, retriever,
+                                               True, replicas)
+    val_batches = (training_batches(tokenizer, val_pairs, config, False, retriever, replicas=replicas)[0]
+                   if val_pairs else None)
     t = config.train
     log(f"split: {len(train_pairs)} train / {len(val_pairs)} validation pairs (by question, seed "
         f"{config.data.seed}); vocabulary {tokenizer.vocab_size} pieces; "
@@ -204,13 +212,34 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
         f"{t.warmup_steps} steps" + (f", peak learning rate {t.peak_learning_rate:.2g}" if t.peak_learning_rate else "")
         + (f"; stops after {t.early_stopping} epochs without a better {t.select} score" if t.early_stopping else ""))
     if config.context.retrieved or config.context.tone:
-        k = config.context.retrieved
-        plural = "s" if k > 1 else ""
-        retrieved = (f" and the {k} nearest training question{plural} with {'their' if k > 1 else 'its'} answer{plural}"
-                     if config.context.questions else f" and the answer{plural} of the {k} nearest training question{plural}")
-        log(f"encoder input: the question{', its tone' if config.context.tone else ''}{retrieved if k else ''}"
+        log(f"encoder input: {_encoder_input(config)}")
+    return Data(config, tokenizer, train_pairs, val_pairs, encoder, retriever, train_batches, val_batches)
+
+
+def _encoder_input(config: ChatbotConfig) -> str:
+    """What the encoder reads, in words."""
+    k = config.context.retrieved
+    plural = "s" if k > 1 else ""
+    retrieved = (f" and the {k} nearest training question{plural} with {'their' if k > 1 else 'its'} answer{plural}"
+                 if config.context.questions else f" and the answer{plural} of the {k} nearest training question{plural}")
+    return (f"the question{', its tone' if config.context.tone else ''}{retrieved if k else ''}"
             f" (up to {config.model.encoder_length} tokens)")
 
+
+class Built(NamedTuple):
+    """What `build` hands to `fit`."""
+
+    model: FittedTransformer  # compiled, built, with the weights it starts from
+    done: int  # epochs the interrupted run had completed (0: a new run)
+    xla: bool
+
+
+def build(data: Data, strategy: tf.distribute.Strategy, base: Base | None, state: Path, log) -> Built:
+    """Take the `data`, the `strategy`, the `base` (or None) and the run's `state`; return the model `fit` trains:
+    under the device policy (mixed precision and XLA on a GPU, unless the config says otherwise), compiled,
+    with its weights and optimizer built, then the last backup of an interrupted run restored, or else the
+    base's weights. Logs the device policy."""
+    config = data.config
     gpu = has_gpu()
     mixed = gpu if config.train.mixed_precision is None else config.train.mixed_precision
     xla = gpu if config.train.xla is None else config.train.xla
@@ -222,42 +251,95 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
                                                       config.train.peak_learning_rate),
                       loss=MaskedSparseCrossEntropy(config.train.label_smoothing),
                       metrics=[MaskedAccuracy()], jit_compile=xla)
-        _build(model)
+        _build_weights(model)
         # Built now, not in fit's first trace of the train step: a tf.function that creates variables
         # traces a second time, which cost 4-5 s of every run (batches split evenly across replicas keep
         # MirroredStrategy working with an optimizer built before fit).
         model.optimizer.build(model.trainable_variables)
         if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):  # see WorkerFit._maybe_symbolic_build
-            model.build_compiled(next(iter(train_data)))
-
-    best_path, staged_best = state / "best.weights.h5", state / "best.staged.weights.h5"
-    history_path = state / HISTORY_FILE
-    backup = EpochBackup(state / BACKUP_DIR)
-    with strategy.scope():
-        done = backup.restore(model)
+            model.build_compiled(next(iter(data.train_batches)))
+        done = EpochBackup(state / BACKUP_DIR).restore(model)
         if base is not None and not done:
             model.set_weights(base.model.get_weights())
             log(f"building on {config.base}: its vocabulary, weights and sentence encoder")
-    keep_history(history_path, done)
+    return Built(model, done, xla)
+
+
+def fit(built: Built, data: Data, state: Path, callbacks=(), verbose: int | str = "auto") -> None:
+    """Fit `built.model` on `data` from the epoch the run had reached to the config's last, with `callbacks`
+    after the run's own. Returns nothing; it leaves in `state`: the chosen epoch's weights (`BEST_WEIGHTS`,
+    kept by `_selection_callbacks`), `history.csv`, the TensorBoard logs and a backup after every epoch
+    (`runstate.EpochBackup`)."""
+    history_path = state / HISTORY_FILE
+    keep_history(history_path, built.done)
+    staged_best = state / STAGED_BEST
     all_callbacks = [
-        *_selection_callbacks(config, model, tokenizer, retriever, val_pairs if val_data is not None else [], staged_best,
-                              history_path if done else None, xla),
-        PromoteFile(staged_best, best_path),
+        *_selection_callbacks(data, built.model, staged_best, history_path if built.done else None, built.xla),
+        PromoteFile(staged_best, state / BEST_WEIGHTS),
         keras.callbacks.CSVLogger(str(history_path), append=True),
-        backup,  # after the history row and the best weights: only then is the epoch done
+        EpochBackup(state / BACKUP_DIR),  # after the history row and the best weights: only then is the epoch done
         keras.callbacks.TensorBoard(str(state / "logs")),
         keras.callbacks.TerminateOnNaN(),
         *callbacks,
     ]
-    model.fit(train_data, validation_data=val_data, epochs=config.train.epochs, initial_epoch=done,
-              callbacks=all_callbacks, verbose=verbose, shuffle=False)  # the dataset shuffles itself
+    built.model.fit(data.train_batches, validation_data=data.val_batches, epochs=data.config.train.epochs,
+                    initial_epoch=built.done, callbacks=all_callbacks, verbose=verbose,
+                    shuffle=False)  # the dataset shuffles itself
 
+
+def _best_so_far(history_path: Path | None, monitor: str, best=min) -> float | None:
+    if history_path is None:
+        return None
+    values = [float(row[monitor]) for row in read_history(history_path) if row.get(monitor)]
+    return best(values) if values else None
+
+
+def _selection_callbacks(data: Data, model, best_path: Path, history_path: Path | None, xla: bool) -> list:
+    """The callbacks that keep the chosen epoch's weights at `best_path` (and stop early, if asked).
+    They run before the CSV logger, so `val_chrf` lands in history.csv. Without validation pairs,
+    "chrf" and "loss" keep the epoch with the lowest training loss. The validation replies are decoded
+    with XLA when training uses it: on a CPU a plain graph traces in half the time of a compilation and
+    decodes an epoch's questions almost as fast."""
+    config, val_pairs = data.config, data.val_pairs
+    rule, patience = config.train.select, config.train.early_stopping
+    if rule == "chrf" and val_pairs:
+        from chatbot.generate import Chatbot
+        from chatbot.selection import ReplyQualityCheckpoint
+
+        monitor, mode = "val_select", "max"
+        bot = Chatbot(model, data.tokenizer, config, retriever=data.retriever, jit_compile=xla)
+        chosen = [ReplyQualityCheckpoint(bot, val_pairs, best_path, best=_best_so_far(history_path, monitor, max))]
+    else:
+        monitor, mode = ("val_loss" if val_pairs else "loss"), "min"
+        chosen = [] if rule == "last" else [keras.callbacks.ModelCheckpoint(
+            str(best_path), monitor=monitor, save_best_only=True, save_weights_only=True,
+            initial_value_threshold=_best_so_far(history_path, monitor))]
+    if patience:
+        chosen.append(keras.callbacks.EarlyStopping(monitor, patience=patience, mode=mode))
+    return chosen
+
+
+class Selected(NamedTuple):
+    """What `select` hands to `save`."""
+
+    config: ChatbotConfig  # with the fitted rerank weights and the calibrated fallback threshold
+    model: Transformer  # float32, with the chosen epoch's weights
+    metrics: dict  # metrics.json: validation loss, perplexity and accuracy, whether the run learned
+
+
+def select(model: FittedTransformer, data: Data, state: Path, log) -> Selected:
+    """Take the fitted `model`, its `data` and the run's `state`; return what the model directory saves: the
+    chosen epoch's weights (`BEST_WEIGHTS`, else the last epoch's) in a float32 `Transformer`, evaluated on
+    the validation batches, with the rerank weights fitted on the validation questions, the learning verdict
+    and the fallback threshold calibrated on the retriever. Logs each."""
+    config, retriever, train_pairs, val_pairs = data.config, data.retriever, data.train_pairs, data.val_pairs
+    best_path = state / BEST_WEIGHTS
     if best_path.is_file():
         model.load_weights(best_path)
     inference_model = Transformer.from_config_dataclass(config.model)  # float32, whatever training used
-    _build(inference_model)
+    _build_weights(inference_model)
     inference_model.set_weights(model.get_weights())
-    metrics = _evaluate(inference_model, val_data)
+    metrics = _evaluate(inference_model, data.val_batches)
     log("validation: " + (", ".join(f"{k} {v:.4f}" for k, v in metrics.items()) if metrics else "no held-out pairs"))
     from chatbot.evaluate import reply_variety
     from chatbot.generate import Chatbot
@@ -265,30 +347,40 @@ def _fit_and_save(tokenizer: Tokenizer, train_pairs: list[QAPair], val_pairs: li
 
     # "eager": the variety check decodes one batch, op by op, as tracing its loop would cost more than running it
     # once; the rerank fit traces its own function over every batch, whatever the bot's mode.
-    bot = Chatbot(inference_model, tokenizer, config, retriever=retriever, jit_compile="eager")
+    bot = Chatbot(inference_model, data.tokenizer, config, retriever=retriever, jit_compile="eager")
     if retriever is not None and val_pairs:
         config = dataclasses.replace(config, rerank=fit_rerank(bot, val_pairs, log))
-    history = read_history(history_path)
+    history = read_history(state / HISTORY_FILE)
     # Decoding the variety check costs seconds on a small run: only when the history alone shows learning.
     verdict = learning_verdict(history) or learning_verdict(history, *reply_variety(bot, train_pairs))
     if verdict:
         log(f"warning: {verdict}")
     metrics["learned"], metrics["warning"] = not verdict, verdict
-    extra = {METRICS_FILE: json.dumps(metrics, indent=2).encode()}
     if config.context.retrieved:
         threshold = calibrated_threshold(retriever, train_pairs, val_pairs, config.retrieval.fallback_share)
         config = dataclasses.replace(config, retrieval=dataclasses.replace(config.retrieval, threshold=threshold))
         log(f"fallback: a message whose nearest training question scores below {threshold:.3f} gets "
             f"\"{config.retrieval.fallback}\"")
-        extra[INDEX_FILE] = index_json(train_pairs + val_pairs)
+    return Selected(config, inference_model, metrics)
+
+
+def save(selected: Selected, data: Data, out_dir: Path, state: Path, overwrite: bool) -> Path:
+    """Take the `selected` model, its `data`, `out_dir` and the run's `state`; write the model directory (with
+    metrics.json, the retrieval index of every pair, the sentence encoder and its embeddings, history.csv and
+    the TensorBoard logs) in one rename, then remove the state. Returns `out_dir`."""
+    config, pairs = selected.config, data.train_pairs + data.val_pairs
+    extra = {METRICS_FILE: json.dumps(selected.metrics, indent=2).encode()}
+    if config.context.retrieved:
+        extra[INDEX_FILE] = index_json(pairs)
         config = dataclasses.replace(config, context=dataclasses.replace(config.context,
                                                                          index_hash=index_hash(extra[INDEX_FILE])))
-        if encoder is not None:
-            extra[SENTENCE_FILE] = keras_bytes(encoder)
-            extra[EMBEDDINGS_FILE] = array_bytes(saved_embeddings(train_pairs + val_pairs, encoder, tokenizer))
+        if data.encoder is not None:
+            extra[SENTENCE_FILE] = keras_bytes(data.encoder)
+            extra[EMBEDDINGS_FILE] = array_bytes(saved_embeddings(pairs, data.encoder, data.tokenizer))
+    history_path = state / HISTORY_FILE
     if history_path.is_file():
         extra[HISTORY_FILE] = history_path.read_bytes()
-    save_model_dir(out_dir, config, tokenizer, inference_model, extra, overwrite=overwrite,
+    save_model_dir(out_dir, config, data.tokenizer, selected.model, extra, overwrite=overwrite,
                    extra_dirs={"logs": state / "logs"})
     kill_point("saved")
     discard_dir(state)
@@ -314,7 +406,7 @@ def _sentence_encoder(state: Path, tokenizer: Tokenizer, pairs: list[QAPair], co
     return encoder
 
 
-def _build(model: Transformer) -> None:
+def _build_weights(model: Transformer) -> None:
     """Create every weight by running one tiny batch (needed before restoring a backup)."""
     ids = tf.constant([[1, 2]], tf.int32)
     model((ids, ids), training=False)

@@ -100,6 +100,16 @@ def write_csv(path: Path, rows, header=("Q", "A", "label"), encoding="utf-8") ->
     return path
 
 
+def saved_model_class(model_dir: Path) -> str:
+    """The class a model directory's model.keras holds, as Keras recorded it ("module.ClassName")."""
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(model_dir / "model.keras") as archive:
+        saved = json.loads(archive.read("config.json"))
+    return f"{saved['module']}.{saved['class_name']}"
+
+
 @pytest.fixture(scope="session")
 def tiny_csv(tmp_path_factory) -> Path:
     return write_csv(tmp_path_factory.mktemp("data") / "tiny.csv", TINY_PAIRS)

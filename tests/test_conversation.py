@@ -106,3 +106,26 @@ def test_the_copy_head_copies_from_retrieved_answers_never_from_the_conversation
     ids = encoder_inputs(question, 8, None, answers, 64, None, turns).to_tensor()
     copyable = np.array(answer_positions(ids))[0]
     assert [chr(t) for t in ids[0].numpy()[copyable]] == ["x", "y"]
+
+
+def test_retrieval_scores_a_follow_up_by_its_conversation_or_by_the_message_alone():
+    import dataclasses
+
+    from chatbot.config import CHARACTERS_ONLY
+    from chatbot.data import QAPair
+    from chatbot.retrieval import Retriever
+
+    pairs = [QAPair(TURN.join(["응", "우산 있어요?", "소나기 온다"]), "다행이에요."), QAPair("응 그래", "좋아요."),
+             QAPair("배고파", "뭐 먹을래요?")]
+    follow_up = with_context("응", ["소나기 온다", "우산 있어요?"])
+    whole = Retriever(pairs, CHARACTERS_ONLY)
+    assert whole.nearest([follow_up], 1).numpy()[0, 0].decode() == "다행이에요."
+    assert np.allclose(whole.similarity([follow_up]).numpy(), whole.similarity(["응 우산 있어요? 소나기 온다"]).numpy())
+    alone = Retriever(pairs, dataclasses.replace(CHARACTERS_ONLY, conversation=0.0))
+    assert np.allclose(alone.similarity([follow_up]).numpy(), whole.similarity(["응"]).numpy())
+    half = Retriever(pairs, dataclasses.replace(CHARACTERS_ONLY, conversation=0.5))
+    expected = (whole.similarity([follow_up]).numpy() + whole.similarity(["응"]).numpy()) / 2
+    assert np.allclose(half.similarity([follow_up]).numpy(), expected)
+    assert np.allclose(half.similarity(["배고파"]).numpy(), whole.similarity(["배고파"]).numpy())  # a first message
+    with pytest.raises(ValueError, match="conversation"):
+        dataclasses.replace(CHARACTERS_ONLY, conversation=1.5)

@@ -12,7 +12,7 @@ from chatbot.artifacts import ArtifactError, load_model_dir
 from chatbot.config import ChatbotConfig
 from chatbot.data import load_pairs
 from chatbot.train import state_dir_for, train
-from conftest import ROOT, TINY_PAIRS, tiny_config, write_csv
+from conftest import ROOT, TINY_PAIRS, saved_model_class, tiny_config, write_csv
 
 
 def test_tiny_model_answers_its_training_questions(tiny_bot):
@@ -32,6 +32,17 @@ def test_model_directory_is_complete(tiny_model_dir):
     assert config.model.num_layers == 1 and len(config.tokenizer.vocab_hash) == 64
     history = (tiny_model_dir / "history.csv").read_text().splitlines()
     assert history[0].startswith("epoch") and len(history) == 1 + config.train.epochs
+
+
+def test_a_model_directory_saves_a_plain_transformer(tiny_model_dir):
+    """The multi-worker work-arounds of `fit` (`fitting.WorkerFit`, in `train.FittedTransformer`) stay in
+    training: model.keras holds a plain `chatbot.model.Transformer` and loads as one."""
+    from chatbot.fitting import WorkerFit
+    from chatbot.model import Transformer
+
+    assert saved_model_class(tiny_model_dir) == "chatbot.model.Transformer"
+    model = load_model_dir(tiny_model_dir)[2]
+    assert type(model) is Transformer and not isinstance(model, WorkerFit)
 
 
 def test_training_leaves_its_tensorboard_logs_in_the_model_directory(tiny_model_dir):
