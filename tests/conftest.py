@@ -67,7 +67,7 @@ def follow_up_answer(dialogue: str) -> str:
 LONGEST_FIRST = [
     "test_notebook.py",  # 47
     "test_model.py",  # 10
-    "test_generate.py",  # 91
+    "test_engine.py",  # 91
     "test_train.py",  # 59
     "test_app.py",  # 54
     "test_runstate.py",  # 41
@@ -79,7 +79,7 @@ LONGEST_FIRST = [
     "test_browser.py",  # 14
     "test_export.py",  # 12
     "test_default_model.py",  # 11
-    "test_decoding.py",  # 11
+    "test_rerank.py",  # 11
 ]
 
 
@@ -158,7 +158,7 @@ def tiny_model_dir(tmp_path_factory, tiny_csv, tiny_dialogues_csv) -> Path:
 def tiny_bot(tiny_model_dir):
     """The tiny model's `Chatbot`, decoding as a plain graph: with XLA every new batch and encoder-length
     shape costs seconds of compilation on a CPU, again and again across the suite. The XLA loop gives the
-    same tokens (test_generate.py checks it), and the tests of XLA itself, warm-up and the SavedModel use it."""
+    same tokens (test_engine.py checks it), and the tests of XLA itself, warm-up and the SavedModel use it."""
     from chatbot.engine import Chatbot
 
     return Chatbot.load(tiny_model_dir, compilation="graph")

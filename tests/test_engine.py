@@ -111,7 +111,7 @@ def test_sampling_seeds_do_not_follow_pythons_global_random(tiny_bot):
 
 def test_a_hot_sample_of_the_real_model_repeats_no_bigram_when_told_not_to(tiny_bot):
     """The real model's invariant; that the setting changes a reply that loops is shown on a model made to loop
-    (test_decoding.py)."""
+    (test_rerank.py)."""
     ids = tiny_bot.reply_ids(["처음 보는 질문이에요"], strategy="sample", temperature=5.0, seed=0,
                              no_repeat_ngram_size=2, max_new_tokens=16, candidates=0)[0].tolist()
     grams = [tuple(ids[i:i + 2]) for i in range(len(ids) - 1) if 0 not in ids[i:i + 2]]
@@ -213,7 +213,7 @@ def test_mbr_leaves_greedy_alone_and_is_refused_out_of_bounds(tiny_bot):
 
 
 def test_agreement_leaves_greedy_alone(tiny_bot):
-    """That it moves beam search is shown on a model whose beams it must reorder (test_decoding.py)."""
+    """That it moves beam search is shown on a model whose beams it must reorder (test_rerank.py)."""
     assert tiny_bot.reply_batch(QUESTIONS[:12], agreement=50.0) == tiny_bot.reply_batch(QUESTIONS[:12])
 
 
