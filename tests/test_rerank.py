@@ -5,11 +5,9 @@ import pytest
 import tensorflow as tf
 
 from chatbot.config import GenerationConfig
-from chatbot.engine import Prepared
-from chatbot.selection import reply_features
-from chatbot.engine import Chatbot
-from chatbot.engine import Plan
+from chatbot.engine import Chatbot, Options, Plan, Prepared
 from chatbot.rerank import token_f1
+from chatbot.selection import reply_features
 from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID, SEPARATOR_ID, START_ID
 from conftest import TINY_PAIRS
 
@@ -39,12 +37,10 @@ def test_the_reply_is_the_generated_one_or_a_retrieved_answer(tiny_bot):
 def test_the_default_reply_is_what_the_decoding_loop_wrote(tiny_model_dir, monkeypatch):
     """No default reply is chosen among retrieved answers after decoding: the rerank stage never runs, and the
     reply is the model's own greedy decoding (the full-recompute oracle writes the same)."""
-    from chatbot.engine import CachedDecoder
-
     def refuse(*_, **__):
         raise AssertionError("the default reply was chosen after decoding")
 
-    monkeypatch.setattr(CachedDecoder, "rerank", refuse)
+    monkeypatch.setattr(Chatbot, "rerank", refuse)
     bot = Chatbot.load(tiny_model_dir, compilation="graph")
     questions = NEW_QUESTIONS + QUESTIONS[:5]
     replies = bot.reply_batch(questions)
@@ -131,7 +127,7 @@ def test_weights_without_likelihood_skip_its_pass_and_choose_as_with_it(tiny_bot
 
     monkeypatch.setattr(rerank, "mean_log_likelihood", no_pass)
     plain = Chatbot(tiny_bot.model, tiny_bot.tokenizer, dataclasses.replace(tiny_bot.config, rerank=weights),
-                    retriever=tiny_bot.retriever, jit_compile="eager")  # one batch: nothing to trace
+                    retriever=tiny_bot.retriever, compilation="eager")  # one batch: nothing to trace
     assert plain.reply_batch(questions, candidates=8) == expected
 
 
@@ -184,7 +180,7 @@ def test_an_answer_off_the_shortlist_is_never_chosen_whatever_its_likelihood(mon
 
 # -- each decoding setting changes a reply it must change, and only when it is on --------------------------------
 # The tiny model answers with near certainty, so no setting can move its replies: these drive the product's
-# decoding loop (`PlanGraphs.loop`: logit processing, samplers, beam ranking, rescoring) over a `ToyModel`
+# decoding loop (`Chatbot.loop`: logit processing, samplers, beam ranking, rescoring) over a `ToyModel`
 # whose every next-token logit the test writes down.
 
 A, B, C, D, ASKED = range(NUM_SPECIAL, NUM_SPECIAL + 5)
@@ -193,16 +189,19 @@ QUESTION = [START_ID, ASKED, END_ID]  # the encoder input of a question, with no
 
 def toy_replies(model, encoder_ids=(QUESTION,), **settings):
     """The reply ids (padding dropped) `model` decodes for `encoder_ids` with these decoding settings."""
-    from chatbot.engine import CachedDecoder
-    from chatbot.engine import Options
+    from chatbot.config import ChatbotConfig, ContextConfig, ModelConfig
 
     settings = GenerationConfig(**settings)
-    decoder = CachedDecoder(model, None, jit_compile=False)
+    config = ChatbotConfig(model=ModelConfig(vocab_size=model.vocab_size, max_length=model.max_length),
+                           context=ContextConfig(retrieved=0))
+    bot = Chatbot(model, None, config, compilation="graph")  # the loop alone: no tokenizer, no index
+    plan = bot.plan(settings)
     rows = len(encoder_ids)
     width = max(map(len, encoder_ids))
     encoder_ids = tf.constant([list(row) + [PAD_ID] * (width - len(row)) for row in encoder_ids], tf.int32)
     prepared = Prepared(encoder_ids, tf.zeros([rows, 0, model.max_length], tf.int32), tf.zeros([rows, 0]), tf.ones([rows]))
-    ids = decoder.graphs_for(decoder.plan(settings)).loop(prepared, Options.of(settings, model.max_length, 0))
+    loop = tf.function(lambda prepared, options: bot.loop(prepared, options, plan), autograph=False)  # as compiled
+    ids = loop(prepared, Options.of(settings, model.max_length, 0))
     return [[token for token in row if token != PAD_ID] for row in ids.numpy().tolist()]
 
 
