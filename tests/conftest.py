@@ -100,6 +100,22 @@ def write_csv(path: Path, rows, header=("Q", "A", "label"), encoding="utf-8") ->
     return path
 
 
+def stages_run(bot) -> list[str]:
+    """From now on, the name of each of `bot`'s decoding stages (`prepare`, `loop`, `start`, `step`) each time it
+    runs as Python. A bot that is not eager runs them as Python only while it traces a graph, so the list stays
+    empty across replies that traced nothing (and names what a trace built)."""
+    ran = []
+    for name in ("prepare", "loop", "start", "step"):
+        stage = getattr(bot, name)
+
+        def recorded(*args, _name=name, _stage=stage, **kwargs):
+            ran.append(_name)
+            return _stage(*args, **kwargs)
+
+        setattr(bot, name, recorded)  # on this bot only: its graphs look the stage up when they trace
+    return ran
+
+
 def saved_model_class(model_dir: Path) -> str:
     """The class a model directory's model.keras holds, as Keras recorded it ("module.ClassName")."""
     import json

@@ -81,6 +81,6 @@ def test_fitted_rerank_weights_do_no_worse_than_the_defaults_and_score_what_deco
                                         [references]).score
     assert weights.fitted_on == len(questions) and chrf >= default_chrf
     fitted = Chatbot(tiny_bot.model, tiny_bot.tokenizer, dataclasses.replace(tiny_bot.config, rerank=weights),
-                     retriever=tiny_bot.retriever, jit_compile="eager")  # one batch: nothing to trace
+                     retriever=tiny_bot.retriever, compilation="eager")  # one batch: nothing to trace
     replies = fitted.reply_batch(questions, candidates=RERANK_FIT_CANDIDATES)  # the option the weights are for
     assert sacrebleu.corpus_chrf(replies, [references]).score == pytest.approx(chrf)
