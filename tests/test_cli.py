@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from chatbot import cli, terminal
-from conftest import ROOT, TINY_PAIRS, history_of, write_csv
+from conftest import ROOT, TINY_PAIRS, history_of, stages_run, write_csv
 
 
 def run_cli(*args, stdin=None, cwd=ROOT):
@@ -159,15 +159,15 @@ def test_a_hostile_model_directory_is_one_error_line(tmp_path, capsys, tiny_mode
     assert not out
 
 
-def record_jit_compile(monkeypatch) -> list[bool]:
-    """`Chatbot.load`, unchanged, noting the `jit_compile` each call asked for."""
-    from chatbot.engine import Chatbot
+def record_compilation(monkeypatch) -> list[str]:
+    """`Chatbot.load`, unchanged, noting the `Compilation` each call asked for."""
+    from chatbot.engine import Chatbot, Compilation
 
     asked, load = [], Chatbot.load.__func__
 
-    def recording(cls, path, jit_compile=True):
-        asked.append(jit_compile)
-        return load(cls, path, jit_compile=jit_compile)
+    def recording(cls, path, compilation=Compilation.XLA):
+        asked.append(Compilation(compilation))
+        return load(cls, path, compilation)
 
     monkeypatch.setattr(Chatbot, "load", classmethod(recording))
     return asked
@@ -178,17 +178,17 @@ def test_chat_one_shot(tiny_model_dir, tiny_bot, capsys, monkeypatch):
     import tensorflow as tf
     from chatbot.engine import Chatbot
 
-    asked, traced, reply_batch = record_jit_compile(monkeypatch), [], Chatbot.reply_batch
+    asked, compiled, reply = record_compilation(monkeypatch), [], Chatbot.reply
 
     def recording(bot, *args, **options):
-        replies = reply_batch(bot, *args, **options)
-        traced.extend(name for graphs in bot.graphs.values() for name in graphs.built)
-        return replies
+        answer = reply(bot, *args, **options)
+        compiled.extend(bot.compiled_plans)
+        return answer
 
-    monkeypatch.setattr(Chatbot, "reply_batch", recording)
+    monkeypatch.setattr(Chatbot, "reply", recording)
     status, out, _ = main(capsys, "chat", "--model", tiny_model_dir, "--question", "배고파")
     assert status == 0 and out.strip() == "맛있는 거 드세요."
-    assert asked == ["eager"] and traced == [] and not tf.config.functions_run_eagerly()  # no global switch
+    assert asked == ["eager"] and compiled == [] and not tf.config.functions_run_eagerly()  # no global switch
 
     question = "오늘 회사에서 혼났어"
     out = main(capsys, "chat", "--model", tiny_model_dir, "-q", question, "--strategy", "sample", "--seed", "5")[1]
@@ -278,12 +278,11 @@ def test_an_ngram_size_past_the_models_max_length_is_one_error_line(tiny_model_d
 
 def test_a_conversation_traces_its_reply_graph_while_the_first_question_is_typed(tiny_model_dir):
     bot = terminal.load_for_chat(str(tiny_model_dir), {}, "graph")
-    terminal.trace_in_background(bot, {}).join(timeout=300)
-    graphs = [graph for plan in bot.graphs.values() for graph in plan.built.values()]
-    traced = [graph.experimental_get_tracing_count() for graph in graphs]
-    assert graphs and all(traced)
+    bot.trace_in_background().join(timeout=300)
+    assert bot.ready(bot.plan(bot.check()))
+    ran = stages_run(bot)
     assert bot.reply("배고파") == "맛있는 거 드세요."
-    assert [graph.experimental_get_tracing_count() for graph in graphs] == traced  # the reply traced nothing
+    assert ran == []  # the reply traced nothing
 
 
 def test_a_conversation_answers_each_line_even_while_its_graph_is_still_being_traced(tiny_model_dir, capsys,
@@ -342,11 +341,11 @@ def test_piped_lines_all_answered_exit_with_status_0(tiny_model_dir, capsys, mon
 
     piped = types.SimpleNamespace(isatty=lambda: False, buffer=io.BytesIO("안녕하세요\n잘 자\n".encode()))
     monkeypatch.setattr(sys, "stdin", piped)
-    asked = record_jit_compile(monkeypatch)
+    asked = record_compilation(monkeypatch)
     status, out, err = main(capsys, "chat", "--model", tiny_model_dir)
     assert status == 0, err
     assert out.splitlines() == ["반가워요.", "좋은 꿈 꾸세요."]
-    assert asked == [True]  # piped lines, often many, are worth compiling
+    assert asked == ["xla"]  # piped lines, often many, are worth compiling
 
 
 def test_piped_lines_that_are_not_utf8_or_too_long_are_skipped_and_the_rest_answered(tiny_bot, capsys):
