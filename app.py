@@ -8,21 +8,23 @@ on first use, so `import app` and `python app.py --help` stay cheap (matplotlib 
 
 import argparse
 import faulthandler
+import dataclasses
 import html
+import inspect
 import os
 import sys
+import typing
 import unicodedata
 from pathlib import Path
 
 import gradio as gr
 
 from chatbot.artifacts import ArtifactError
-from chatbot.config import CONTEXT_TURNS, GenerationConfig
+from chatbot.config import CONTEXT_TURNS, Compilation, GenerationConfig, SettingsError
 from chatbot.controls import CONTROLS, DECODING_OPTIONS, DEFAULTS, TONE_CHOICES
 from chatbot.serving import ReplyBatcher
-from chatbot.workspace import (BackgroundTrainer, ModelShelf, attention_choices, clip_question, load_chatbot,
-                               model_summary, prepare_replies, read_training_csv, training_config,
-                               typed_chat_function, warm_up_in_background)
+from chatbot.workspace import (BackgroundTrainer, ModelShelf, attention_choices, load_chatbot, model_summary,
+                               read_training_csv, training_config)
 
 APP_DIR = Path(__file__).resolve().parent
 MODELS_ROOT = APP_DIR / "models"
@@ -44,6 +46,42 @@ SIZE_CHOICES = [("시작 모델 위에 (추천: 다른 말로 물어도 더 잘 
                 ("처음부터 기본 크기 (설계값)", "base")]
 # For demo.launch(); the handlers check sizes too. show_error: what Gradio itself refuses says why.
 LAUNCH_OPTIONS = {"max_file_size": MAX_UPLOAD_BYTES, "show_error": True}
+
+
+def clip_question(text: str | None, max_chars: int) -> tuple[str, str]:
+    """The question as the model will see it, and a notice for the user ("" when nothing was cut)."""
+    question = (text or "").strip()
+    if len(question) <= max_chars:
+        return question, ""
+    return question[:max_chars], f"질문이 너무 길어서 앞의 {max_chars}자만 사용했어요."
+
+
+def typed_chat_function(chat, doc: str | None = None, refuse=ValueError):
+    """`chat(message, model="", **decoding)` as a plain function with one typed parameter per
+    GenerationConfig field, in field order, which is what an API layer (Gradio's `gr.api`) reads:
+    `(message, <GenerationConfig fields>, model, tone, history)`. Arguments that do not fit it (a missing message,
+    one too many) raise `refuse(reason)`, an error the API layer shows its caller."""
+    kind, types = inspect.Parameter.POSITIONAL_OR_KEYWORD, typing.get_type_hints(GenerationConfig)
+    defaults = GenerationConfig()
+    parameters = [inspect.Parameter("message", kind, annotation=str),
+                  *(inspect.Parameter(f.name, kind, default=getattr(defaults, f.name), annotation=types[f.name])
+                    for f in dataclasses.fields(GenerationConfig)),
+                  inspect.Parameter("model", kind, default="", annotation=str),
+                  inspect.Parameter("tone", kind, default="", annotation=str),
+                  inspect.Parameter("history", kind, default=None, annotation=list | None)]
+    signature = inspect.Signature(parameters, return_annotation=str)
+
+    def typed_chat(*args, **kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as error:
+            raise refuse(f"the request does not fit /chat({', '.join(signature.parameters)}): {error}") from None
+        bound.apply_defaults()
+        return chat(**bound.arguments)
+
+    typed_chat.__signature__, typed_chat.__doc__ = signature, doc
+    typed_chat.__annotations__ = {**{p.name: p.annotation for p in parameters}, "return": str}
+    return typed_chat
 
 
 def question_of(text: str | None) -> str:
@@ -91,18 +129,12 @@ class ChatApp:
         self.trainer = BackgroundTrainer(self.shelf.root)
         self.batcher = ReplyBatcher()
 
-    def model(self, name: str | None, tone=None, settings: GenerationConfig | None = None):
-        """The model picked by `name`; also checks the tone and the settings against it (no_repeat_ngram_size vs
-        its max_length), so a bad request fails before decoding."""
+    def model(self, name: str | None):
+        """The model picked by `name` (the model itself checks each request against it, once)."""
         try:
-            bot = self.shelf.get(name)
+            return self.shelf.get(name)
         except (ArtifactError, OSError, ValueError) as error:
             raise gr.Error(f"모델을 불러오지 못했어요: {html.escape(str(error))}") from None  # shown as HTML
-        try:
-            bot.check(tone, settings)
-        except ValueError as error:
-            raise refused(error, BAD_SETTINGS) from None
-        return bot
 
     def chat(self, message: str, model: str = "", tone: str = "", history: list | None = None, **decoding) -> str:
         """Answer one question with the chosen model and decoding settings; returns the reply as plain text.
@@ -116,9 +148,11 @@ class ChatApp:
         if not question:
             return EMPTY_REPLY
         settings, tone = decoding_settings(decoding), tone or None
-        bot = self.model(model, tone, settings)
+        bot = self.model(model)
         try:
             return self.batcher.reply(bot, question, tone, settings, history)
+        except SettingsError as error:  # a tone or an option this model refuses: before any batch
+            raise refused(error, BAD_SETTINGS) from None
         except ValueError as error:  # the question or history itself: refused before any batch
             raise refused(error) from None
 
@@ -132,11 +166,14 @@ class ChatApp:
             return
         checked, tone = decoding_settings(dict(zip(DECODING_OPTIONS, settings))), tone or None
         history += [{"role": "user", "content": as_text(question)}, {"role": "assistant", "content": ""}]
-        reply, bot = "", self.model(model_name, tone, checked)
+        reply, bot = "", self.model(model_name)
         earlier = conversation[-2 * CONTEXT_TURNS:]  # more than the model reads, never the whole chat
-        for reply in bot.stream(question, tone, checked, history=earlier):
-            history[-1] = {"role": "assistant", "content": as_text(reply)}
-            yield history, "", gr.skip(), gr.skip()
+        try:
+            for reply in bot.stream(question, tone, checked, history=earlier):
+                history[-1] = {"role": "assistant", "content": as_text(reply)}
+                yield history, "", gr.skip(), gr.skip()
+        except SettingsError as error:  # checked before the first token
+            raise refused(error, BAD_SETTINGS) from None
         conversation = [*earlier, {"role": "user", "content": question}, {"role": "assistant", "content": reply}]
         source = bot.provenance(question, reply, earlier)  # a learner sees what the model copied and what it wrote
         if source["fallback"]:
@@ -283,7 +320,7 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT, prepare_models: bool 
 
 
 def create_demo(model_dir: str | Path = DEFAULT_MODEL, models_root: str | Path = MODELS_ROOT) -> gr.Blocks:
-    return build_demo(load_chatbot(model_dir, jit_compile="warmed", prepare=True), models_root, prepare_models=True)
+    return build_demo(load_chatbot(model_dir, Compilation.WARMED, prepare=True), models_root, prepare_models=True)
 
 
 def __getattr__(name: str):
@@ -306,18 +343,19 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     try:
         # XLA only once the warm-up compiled it, so no request waits; --no-warm-up compiles when first asked.
-        bot = load_chatbot(args.model, jit_compile=not args.no_xla and (True if args.no_warm_up else "warmed"))
+        compilation = Compilation.GRAPH if args.no_xla else Compilation.XLA if args.no_warm_up else Compilation.WARMED
+        bot = load_chatbot(args.model, compilation)
     except ArtifactError as error:
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         sys.exit(2)
     if not args.no_warm_up:  # until then, plain graphs: the /chat reply's is traced before the page is served
-        prepare_replies(bot, streamed=False)
+        bot.trace_first_replies(streamed=False)
     demo = build_demo(bot, prepare_models=not args.no_warm_up)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, prevent_thread_lock=True,
                 **LAUNCH_OPTIONS)
     try:
         if not args.no_warm_up:
-            warm_up_in_background(bot)  # the streamed reply's graphs, then XLA: requests take plain graphs till then
+            bot.warm_up_in_background()  # the streamed reply's graphs, then XLA: requests take plain graphs till then
         demo.block_thread()  # until Ctrl-C, which closes the server
     except KeyboardInterrupt:  # Ctrl-C before `block_thread` was waiting for it: requests may already have come
         demo.close()

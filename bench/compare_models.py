@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     parser.add_argument("--questions-from", metavar="CSV", help="ask only held-out questions that occur in this CSV")
     args = parser.parse_args(argv)
     from chatbot.evaluate import reply_metrics
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
     from chatbot.retrieval import Retriever
     from chatbot.selection import validation_sample
 
@@ -53,9 +53,9 @@ def main(argv=None) -> int:
     print(f"{len(held_out)} questions none of the models trained on or chose anything on\n")
     print("| model | reply | chrF | exact | unique | distinct-2 |\n|---|---|---|---|---|---|")
     for model in args.model:
-        bot = Chatbot.load(model, jit_compile=False)
+        bot = Chatbot.load(model, compilation="graph")
         retriever = Retriever(splits[model][0])
-        bot = Chatbot(bot.model, bot.tokenizer, bot.config, retriever=retriever, jit_compile=False)
+        bot = Chatbot(bot.model, bot.tokenizer, bot.config, retriever=retriever, compilation="graph")
         rows = {"default": bot.reply_batch(questions), "own (candidates=0)": bot.reply_batch(questions, candidates=0),
                 "lookup": [a.decode() for a in retriever.nearest(questions, 1).numpy()[:, 0]]}
         for name, replies in rows.items():

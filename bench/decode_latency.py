@@ -49,11 +49,10 @@ def main():
     # The naive loop's first step attends over one position; Keras warns about that softmax.
     warnings.filterwarnings("ignore", message="You are using a softmax over axis -1")
     from chatbot.data import load_pairs
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
     bot = Chatbot.load(args.model)
-    plain = Chatbot(bot.model, bot.tokenizer, bot.config, retriever=bot.retriever)
-    plain.decoder.jit_compile = False
+    plain = Chatbot(bot.model, bot.tokenizer, bot.config, retriever=bot.retriever, compilation="graph")
     pairs, _ = load_pairs(args.data)
     questions = [p.question for p in pairs[: args.questions]]
     from chatbot.config import GenerationConfig

@@ -44,7 +44,7 @@ def main():
     from chatbot.data import split_by_question
     from chatbot.datasets import load_sources
     from chatbot.evaluate import reply_metrics
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
     from chatbot.retrieval import Retriever
     from chatbot.selection import unsampled
 

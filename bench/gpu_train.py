@@ -162,7 +162,7 @@ def chat(args) -> None:
     import numpy as np
 
     from chatbot.config import ChatbotConfig
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
     from chatbot.model import Transformer
     from chatbot.retrieval import Retriever
     from chatbot.tokenizer import Tokenizer
@@ -173,7 +173,7 @@ def chat(args) -> None:
     model((data["val_encoder"][:1], data["val_decoder"][:1]))
     model.load_weights(args.weights)
     retriever = Retriever.from_json(data["index"].tobytes()) if config.context.retrieved else None
-    bot = Chatbot(model, Tokenizer(data["tokenizer"].tobytes()), config, retriever=retriever, jit_compile=False)
+    bot = Chatbot(model, Tokenizer(data["tokenizer"].tobytes()), config, retriever=retriever, compilation="graph")
     for message in args.messages:
         print(f"{message} -> {bot.reply(message)}")
 

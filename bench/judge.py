@@ -39,19 +39,19 @@ PROBES = ROOT / "bench" / "probes.txt"
 
 def replies_of_systems(args) -> dict[str, list[str]]:
     from chatbot.data import QAPair
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
     messages, histories = probes_of(args.probes)
     systems, bot, label = {"messages": messages, "histories": histories}, None, ""
     for kind, value in args.steps:
         if kind == "model":
-            bot, label = Chatbot.load(value, jit_compile=False), Path(value).name
+            bot, label = Chatbot.load(value, compilation="graph"), Path(value).name
         elif kind == "retrieval":  # a retrieval setting for the systems of this model after it
             import dataclasses
 
             name, _, number = value.partition("=")
             config = dataclasses.replace(bot.config.retrieval, **{name: float(number)})
-            bot = Chatbot.load(bot.path, jit_compile=False)
+            bot = Chatbot.load(bot.path, compilation="graph")
             bot.retriever.config, bot.config = config, dataclasses.replace(bot.config, retrieval=config)
             label = f"{Path(bot.path).name}[{value}]"
         elif kind == "lookup":

@@ -220,7 +220,7 @@ def run_ours(train_pairs, test, budget_min, out_dir, settings, decodes, trained=
     import keras
 
     from chatbot.config import ChatbotConfig
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
     from chatbot.train import train
 
     if trained:
@@ -256,13 +256,13 @@ def refit_rerank(bot, train_pairs):
     """`bot` with rerank weights fitted as `train` fits them: on its own validation split, retrieving from
     the rest of its training pairs. The fitting's CPU minutes are printed; they are not in the budget."""
     from chatbot.data import split_by_question
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
     from chatbot.retrieval import Retriever
     from chatbot.selection import fit_rerank
 
     started = cpu_minutes()
     fit_pairs, val_pairs = split_by_question(train_pairs, bot.config.data.val_fraction, bot.config.data.seed)
-    fitting = Chatbot(bot.model, bot.tokenizer, bot.config, retriever=Retriever(fit_pairs), jit_compile=False)
+    fitting = Chatbot(bot.model, bot.tokenizer, bot.config, retriever=Retriever(fit_pairs), compilation="graph")
     weights = fit_rerank(fitting, val_pairs, log=lambda line: print(f"  ours: {line}", flush=True))
     print(f"  ours: fitting took {cpu_minutes() - started:.1f} CPU min", flush=True)
     return Chatbot(bot.model, bot.tokenizer, dataclasses.replace(bot.config, rerank=weights), bot.path, bot.retriever)

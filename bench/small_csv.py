@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     import pandas as pd
 
     from chatbot.data import load_pairs
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="small-csv-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
             if run.returncode:
                 print(f"| {name} | {start} | training failed: {run.stderr.strip().splitlines()[-1]} |")
                 continue
-            bot = Chatbot.load(out, jit_compile=False)
+            bot = Chatbot.load(out, compilation="graph")
             fallback = bot.retriever.config.fallback if bot.retriever is not None else None
             trained, _ = load_pairs(data)
             paraphrases, _ = load_pairs(EXAMPLES / f"{name}_paraphrases.csv")

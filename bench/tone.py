@@ -36,7 +36,7 @@ def main():
     from chatbot.config import TONES, ChatbotConfig
     from chatbot.data import QAPair, split_by_question
     from chatbot.datasets import load_sources
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
     from chatbot.retrieval import Retriever
 
     bot = Chatbot.load(args.model)

@@ -72,11 +72,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     import app
-    from chatbot.workspace import load_chatbot, typed_chat_function
+    from chatbot.config import Compilation
+    from chatbot.workspace import load_chatbot
 
-    bot = load_chatbot(args.model, jit_compile="warmed", prepare=True)
+    bot = load_chatbot(args.model, Compilation.WARMED, prepare=True)
     ui = app.ChatApp(bot, tempfile.mkdtemp())
-    chat = typed_chat_function(ui.chat, app.ChatApp.chat.__doc__, app.refused)  # what /chat calls
+    chat = app.typed_chat_function(ui.chat, app.ChatApp.chat.__doc__, app.refused)  # what /chat calls
     first = chat(args.question)  # traces whatever the request needs
     calls = trace(lambda: chat(args.question))
     modules = list(dict.fromkeys(module for call in calls for module in call))

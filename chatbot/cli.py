@@ -268,7 +268,7 @@ def run_eval(args) -> None:
     pairs, _ = load_pairs(args.data)
     _load_tensorflow()
     from chatbot.evaluate import evaluate
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
     result = evaluate(Chatbot.load(args.model), pairs, latency_sample=args.latency_sample, replies_out=args.replies,
                       **decoding)

@@ -7,6 +7,7 @@ CLI flag. Must not import TensorFlow, so the CLI can parse arguments and print `
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
 import numbers
@@ -247,6 +248,20 @@ def _check_seed(seed) -> None:
 STRATEGIES = ("greedy", "beam", "sample")  # chatbot.samplers has a sampler for each
 MAX_BEAMS = 8  # each beam width compiles (and keeps) its own decoding function
 MAX_CANDIDATES = 16  # retrieved answers weighed against the generated reply; each count compiles its own loop
+class Compilation(str, enum.Enum):
+    """How a plan's loop runs. Each new batch or encoder-length shape costs an XLA compilation of seconds on a CPU,
+    a graph trace about as much once per plan, and eager decoding nothing up front but slower steps."""
+
+    EAGER = "eager"  # op by op, untraced: a process that answers one question
+    GRAPH = "graph"  # traced plain graphs: tests, scripts and a conversation in the terminal
+    XLA = "xla"  # XLA-compiled loops, each shape compiled when first met
+    WARMED = "warmed"  # XLA for the plans `warm_up` compiled, plain graphs for the rest: no request waits (the app)
+
+
+class SettingsError(ValueError):
+    """A decoding option or tone a model refuses (the app says so apart from a refused question)."""
+
+
 MAX_QUESTION_CHARS = 1000  # longer questions are refused: the model reads max_length tokens anyway
 # (lowest, highest) for every decoding option that is a number; a float must also be finite.
 GENERATION_BOUNDS = {

@@ -4,7 +4,7 @@ Owns: each training pair's tone token (with its dropout), its retrieved neighbou
 never a row with its own question), the share of pairs that see an answer worth copying among them
 (`ContextConfig.gold_rate`: their own answer, or with neighbours' questions shown, a neighbour answering
 alike), the encoder length they need, and the batches that carry them. Decoding composes the same encoder
-input in the graph (`chatbot.decoding`); both go through `chatbot.pipeline.encoder_inputs`.
+input in the graph (`chatbot.engine`); both go through `chatbot.pipeline.compose_encoder_inputs`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from chatbot.config import CONTEXT_TURNS, ChatbotConfig
 from chatbot.data import QAPair
-from chatbot.pipeline import encoder_inputs, fits, make_dataset, split_turns
+from chatbot.pipeline import compose_encoder_inputs, fits, make_dataset
 from chatbot.retrieval import NO_TONE, char_bigrams
 from chatbot.text import TURN
 
@@ -99,11 +99,10 @@ def training_batches(tokenizer, pairs, config: ChatbotConfig, shuffle, retriever
     """Batches of `pairs`, their encoder inputs composed as decoding composes them (tone, retrieved
     neighbours); training questions retrieve leave-one-out, then get gold-biased neighbours
     (`with_gold_biased`). Returns the batches and how many answers were too long to train on."""
-    questions, turns = split_turns(tokenizer.tokenize, tf.constant([p.question for p in pairs]), config.context.turns)
     answers = tokenizer.tokenize([p.answer for p in pairs])
     k = config.context.retrieved
     tones = tones_of(pairs, config, config.context.tone_dropout if shuffle else 1.0)
-    context = context_questions = None
+    neighbour_answers = neighbour_questions = None
     if k:
         if leave_one_out and config.context.questions:
             pools = retriever.leave_one_out(pairs, max(k, GOLD_POOL), tones)
@@ -115,15 +114,11 @@ def training_batches(tokenizer, pairs, config: ChatbotConfig, shuffle, retriever
             asked, given = retriever.neighbours([p.question for p in pairs], k, tones)
             found = [[QAPair(q.decode("utf-8"), a.decode("utf-8")) for q, a in zip(*row)]
                      for row in zip(asked.numpy(), given.numpy())]
-        width = len(found[0])
-        context = tf.RaggedTensor.from_uniform_row_length(
-            tokenizer.tokenize([n.answer for row in found for n in row]), width)
-        if config.context.questions:
-            context_questions = tf.RaggedTensor.from_uniform_row_length(
-                tokenizer.tokenize([n.question for row in found for n in row]), width)
-    encoder = encoder_inputs(questions, config.model.max_length, tones if config.context.tone else None, context,
-                             config.model.encoder_length, context_questions, turns)
-    dataset = make_dataset(questions, answers, max_length=config.model.max_length, batch_size=config.train.batch_size,
+        neighbour_answers = tf.constant([[n.answer for n in row] for row in found])
+        neighbour_questions = tf.constant([[n.question for n in row] for row in found])
+    encoder = compose_encoder_inputs(tokenizer.tokenize, tf.constant([p.question for p in pairs]), tones, config,
+                                     neighbour_answers, neighbour_questions)
+    dataset = make_dataset(None, answers, max_length=config.model.max_length, batch_size=config.train.batch_size,
                            shuffle=shuffle, seed=config.train.seed, encoder_ids=encoder, replicas=replicas)
     return dataset, int((~fits(answers, config.model.max_length)).sum())
 

@@ -67,7 +67,7 @@ def teacher_forced_metrics(bot, pairs, batch_size: int = 64) -> dict:
     questions = [p.question for p in pairs]
     data = make_dataset(tokenizer.tokenize(questions), tokenizer.tokenize([p.answer for p in pairs]),
                         max_length=bot.model.max_length, batch_size=batch_size, shuffle=False,
-                        encoder_ids=bot.decoder.encoder_ids(tf.constant(questions)))  # with retrieved answers
+                        encoder_ids=bot.encoder_ids(tf.constant(questions)))  # with retrieved answers
 
     @tf.function(reduce_retracing=True, autograph=False)
     def sums(inputs, targets):

@@ -6,7 +6,8 @@ against the retrieved answers (`candidates`, as `Chatbot.reply` by default) and 
 the graph (`serve_with_tone` the same with a tone per question, and `serve_with_history` with the
 conversation before each question as well), so the SavedModel
 answers in a process that imports only `tensorflow` and `tensorflow_text` (and serves under
-TensorFlow Serving). A reply that ran to its limit in a loop is cut as `Chatbot.reply` cuts it, and a
+TensorFlow Serving). A reply that ran to its limit in a loop is cut as `Chatbot.reply` cuts it (the engine's
+`postprocess_graph`), and a
 message that may signal a crisis gets `chatbot.safety`'s reply, both in the graph. Must not depend on
 Python-side tokenization.
 """
@@ -21,12 +22,11 @@ import tensorflow as tf
 
 from chatbot.artifacts import EXPORT_MARKER, recover_model_dir, replace_dir, temp_path_beside
 from chatbot.config import __version__
-from chatbot.decoding import CachedDecoder
-from chatbot.generate import Chatbot
+from chatbot.engine import Chatbot, Compilation
 from chatbot.pipeline import in_window
 from chatbot.safety import ABUSE_PATTERN, ABUSE_REPLY, NOT_COMPACT, SELF_HARM_PATTERN, SELF_HARM_REPLY
 from chatbot.text import CONTEXT_CHARS, TURN
-from chatbot.tokenizer import END_ID, PAD_ID, normalize_tf
+from chatbot.tokenizer import normalize_tf
 
 
 class ReplyModule(tf.Module):
@@ -41,10 +41,9 @@ class ReplyModule(tf.Module):
         self.model = bot.model
         self.sentencepiece = bot.tokenizer.sp  # tracked, so the vocabulary travels with the SavedModel
         self.retriever = bot.retriever  # and the retrieval index (its table and variables), if any
-        self._decoder = CachedDecoder(bot.model, bot.tokenizer, bot.config.context, bot.retriever,
-                                      rerank=bot.config.rerank)
-        settings, self._options = bot.options(max_new_tokens=bot.model.max_length, seed=0)
-        self._plan = self._decoder.plan(settings, jit=True)
+        self._bot = bot
+        settings = bot.check(max_new_tokens=bot.model.max_length, seed=0)
+        self._options, self._plan = bot.options(settings), bot.plan(settings, jit=True)
         self._turns = bot.config.context.turns
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions")], autograph=False)
@@ -54,11 +53,8 @@ class ReplyModule(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions"),
                                   tf.TensorSpec([None], tf.int32, name="tones")], autograph=False)
     def serve_with_tone(self, questions, tones):
-        ids, replies = self._decoder.replies(questions, tones, self._options, self._plan)  # the fallback included
-        cut = runaway_cut_graph(ids)
-        shortened = self._decoder.tokenizer.detokenize(tf.where(tf.range(tf.shape(ids)[1])[None] < cut[:, None],
-                                                                ids, PAD_ID))
-        replies = tf.where(cut < tf.shape(ids)[1], shortened, replies)
+        ids, replies = self._bot.generate(questions, tones, self._options, self._plan)  # the fallback included
+        replies = self._bot.postprocess_graph(ids, replies)
         return {"replies": crisis_replies_graph(tf.strings.split(questions, TURN).to_tensor("")[:, 0], replies)}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions"),
@@ -87,27 +83,8 @@ def with_context_graph(questions: tf.Tensor, history: tf.Tensor, turns: int) -> 
     return tf.where(lengths > 0, joined, questions)
 
 
-def runaway_cut_graph(ids: tf.Tensor, copies: int = 3) -> tf.Tensor:
-    """`replies.runaway_cut` for a batch of reply ids (batch, max_length) in the graph: each row's length once
-    a reply that ran to the limit in a loop is cut after its first copy (the row's full length otherwise)."""
-    length = ids.shape[1]
-    ran_out = tf.reduce_all((ids != END_ID) & (ids != PAD_ID), axis=1)
-    cut = tf.fill(tf.shape(ids)[:1], length)
-    found = tf.zeros_like(ran_out)
-    for period in range(1, 9):  # the shortest looping block wins, as in `runaway_cut`
-        tail, repeats, going = ids[:, length - period:], tf.ones_like(cut), tf.ones_like(ran_out)
-        for back in range(1, length // period):
-            block = ids[:, length - (back + 1) * period:length - back * period]
-            going &= tf.reduce_all(block == tail, axis=1)
-            repeats += tf.cast(going, cut.dtype)
-        loops = ran_out & ~found & (repeats >= copies)
-        cut = tf.where(loops, length - (repeats - 1) * period, cut)
-        found |= loops
-    return cut
-
-
 def crisis_replies_graph(questions: tf.Tensor, replies: tf.Tensor) -> tf.Tensor:
-    """`Chatbot.with_crisis_replies` in the graph: the same patterns (`chatbot.safety`) on the same compacted text."""
+    """`Chatbot.postprocess`'s crisis replies in the graph: the same patterns (`chatbot.safety`) on the same compacted text."""
     compact = tf.strings.regex_replace(normalize_tf(questions), NOT_COMPACT, "")
     self_harm = tf.strings.regex_full_match(compact, f".*(?:{SELF_HARM_PATTERN}).*")
     abuse = tf.strings.regex_full_match(compact, f".*(?:{ABUSE_PATTERN}).*")
@@ -119,7 +96,7 @@ def export_saved_model(model_dir: str | Path, out_dir: str | Path, overwrite: bo
     existing export is replaced only once the new one is complete. The CLI checks first that `out_dir` may be
     replaced at all (`artifacts.check_replaceable`)."""
     out_dir = Path(out_dir)
-    module = ReplyModule(Chatbot.load(model_dir))
+    module = ReplyModule(Chatbot.load(model_dir, Compilation.XLA))
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     recover_model_dir(out_dir)
     if out_dir.exists() and not overwrite:

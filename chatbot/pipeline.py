@@ -1,6 +1,7 @@
 """tf.data input pipeline: token ids -> length-grouped teacher-forcing batches.
 
-Owns: start/end tokens, the length filter and truncation, grouping rows by length, shuffle, cache,
+Owns: the encoder input's layout, composed in one place for training and decoding alike
+(`compose_encoder_inputs`, through `encoder_inputs`), start/end tokens, the length filter and truncation, grouping rows by length, shuffle, cache,
 prefetch and the teacher-forcing shift. Every step is a TensorFlow op (no Python per element).
 Batches are `((encoder_inputs, decoder_inputs), targets)`, padded with 0.
 """
@@ -87,6 +88,26 @@ def encoder_inputs(question_ids: tf.RaggedTensor, max_length: int, tones=None, c
         regrouped = tf.RaggedTensor.from_row_lengths(separated, context_ids.row_lengths())  # (batch, k, None)
         ids = tf.concat([ids, regrouped.merge_dims(1, 2)], axis=1)
     return ids[:, : encoder_length or max_length]
+
+
+def compose_encoder_inputs(tokenize, texts, tones, config, answers=None, asked=None) -> tf.RaggedTensor:
+    """The encoder input of strings (batch,), as training and decoding both compose it: each text split into its
+    new message and the messages before it (`split_turns`, for a model that reads `config.context.turns`), its
+    tone (batch,) int if the model learned tones, and the retrieved neighbours' `answers` and `asked` questions
+    (batch, k) strings, when the model reads them (`config.context.retrieved`, `questions`), through
+    `encoder_inputs`. `config`: the model's `ChatbotConfig`."""
+    context, model = config.context, config.model
+    question, turns = split_turns(tokenize, texts, context.turns)
+    answer_ids = question_ids = None
+    if context.retrieved:
+        answers = tf.convert_to_tensor(answers, tf.string)
+        width = tf.shape(answers, out_type=tf.int64)[1]  # (batch, k)
+        answer_ids = tf.RaggedTensor.from_uniform_row_length(tokenize(tf.reshape(answers, [-1])), width)
+        if context.questions:
+            question_ids = tf.RaggedTensor.from_uniform_row_length(
+                tokenize(tf.reshape(tf.convert_to_tensor(asked, tf.string), [-1])), width)
+    return encoder_inputs(question, model.max_length, tones if context.tone else None, answer_ids,
+                          model.encoder_length, question_ids, turns)
 
 
 def bucket(size, buckets):

@@ -16,8 +16,7 @@ The lists favour a false alarm over a miss, but keep everyday hyperbole out: "ë°
 from __future__ import annotations
 
 import re
-
-from chatbot.text import normalize
+import unicodedata
 
 # Matched on `compact(text)`: Hangul syllables, letters and digits only. Literal stems and character classes,
 # so that Python's `re` and RE2 (tf.strings.regex_full_match) read each pattern the same way.
@@ -59,8 +58,9 @@ _abuse = re.compile(ABUSE_PATTERN)
 
 
 def compact(text: str) -> str:
-    """The message as the patterns read it: normalised (NFC), then only its syllables, letters and digits."""
-    return _not_compact.sub("", normalize(text))
+    """The message as the patterns read it: NFC (as `chatbot.text.normalize` makes it), then only its syllables,
+    letters and digits (what `normalize` folds or drops besides, spaces and control characters, goes with the rest)."""
+    return _not_compact.sub("", unicodedata.normalize("NFC", str(text)))
 
 
 def crisis_reply(text: str) -> str | None:

@@ -148,5 +148,5 @@ SAMPLERS = {"greedy": GreedySampler, "beam": BeamSampler, "sample": TopKTopPSamp
 
 
 def sampler_for(settings) -> Sampler:
-    """The sampler of `settings` (a `GenerationConfig` or a `chatbot.plan.Plan`: both name a strategy and a width)."""
+    """The sampler of `settings` (a `GenerationConfig` or a `chatbot.engine.Plan`: both name a strategy and a width)."""
     return SAMPLERS[settings.strategy].from_settings(settings)

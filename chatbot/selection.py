@@ -60,8 +60,8 @@ def fit_rerank_weights(bot, questions: list[str], references: list[str], batch_s
     from chatbot.config import RerankConfig
     from chatbot.rerank import Features, choice
 
-    _, options = bot.options()
-    run = tf.function(lambda texts: reply_features(bot.decoder, texts, options, RERANK_FIT_CANDIDATES), autograph=False,
+    options = bot.options(bot.check())
+    run = tf.function(lambda texts: reply_features(bot, texts, options, RERANK_FIT_CANDIDATES), autograph=False,
                       input_signature=[tf.TensorSpec([None], tf.string)])  # one trace, whatever the last batch's size
     parts = [run(tf.constant(questions[i:i + batch_size])) for i in range(0, len(questions), batch_size)]
     found = Features(*(tf.concat(column, axis=0) for column in zip(*parts)))
@@ -85,17 +85,17 @@ def fit_rerank_weights(bot, questions: list[str], references: list[str], batch_s
     return dataclasses.replace(best, fitted_on=len(questions)), best_score
 
 
-def reply_features(decoder, texts, options, count: int):
+def reply_features(bot, texts, options, count: int):
     """`chatbot.rerank.Features` of each question's greedy reply and `count` retrieved answers (no tone asked),
-    in the graph: the decoding room's stages up to the rerank's choice, which fitting the weights tries."""
+    in the graph: the engine's stages up to the rerank's choice, which fitting the weights tries."""
     from chatbot.config import GenerationConfig
     from chatbot.rerank import features
 
-    plan = decoder.plan(GenerationConfig(candidates=count), jit=False)
-    prepared = decoder.prepare(texts, None, plan)
-    cross_cache = decoder.encode(prepared.encoder_ids)
-    replies = decoder.run(prepared.encoder_ids, cross_cache, options, plan)
-    return features(decoder.model, prepared.encoder_ids, cross_cache, replies, prepared.retrieved, prepared.scores,
+    plan = bot.plan(GenerationConfig(candidates=count), jit=False)
+    prepared = bot.prepare(texts, None, plan)
+    cross_cache = bot.encode(prepared.encoder_ids)
+    replies = bot.run(prepared.encoder_ids, cross_cache, options, plan)
+    return features(bot.model, prepared.encoder_ids, cross_cache, replies, prepared.retrieved, prepared.scores,
                     options.steps)
 
 

@@ -2,14 +2,14 @@
 
 Owns: `ReplyBatcher`, which lets many threads (the web app's request workers) ask for one reply
 each while the model decodes them in batches. No thread of its own: one caller at a time leads,
-decoding everything waiting, grouped by model, tone and decoding settings (one checked `GenerationConfig`
-per request, passed on as it is), until its own reply is
+decoding everything waiting, grouped by model, tone and decoding settings, until its own reply is
 done; then it hands the lead to the oldest waiting caller and returns, so no caller's reply waits
 behind batches that arrived after it. A request whose settings have no traced graph yet (a new
 `no_repeat_ngram_size` or `candidates`, seconds of tracing) is decoded in its own thread instead, so it
-never holds up the requests whose graph is ready. A request's error (a question or an option the model refuses) is
-raised in that request's thread only, before it joins a batch; should a batch still fail, its requests are
-answered one by one, so one bad request never fails another.
+never holds up the requests whose graph is ready. Each request is checked once, by the model
+(`Chatbot.request`), in that request's thread, before it joins a batch, so a question or an option the model
+refuses fails only its own caller; a batch decodes the checked requests as they are (`Chatbot.answer`), and
+should it still fail, its requests are answered one by one, so one bad request never fails another.
 Must not touch Gradio or decide what the user sees.
 """
 
@@ -19,26 +19,24 @@ import dataclasses
 import threading
 from concurrent.futures import Future
 
-from chatbot.config import GenerationConfig
 
 
 @dataclasses.dataclass
 class _Request:
     bot: object
-    question: str
-    tone: object
-    settings: GenerationConfig
+    checked: object  # the model's checked request (`chatbot.engine.Request`): one question
     reply: Future = dataclasses.field(default_factory=Future)
     wake: threading.Event = dataclasses.field(default_factory=threading.Event)  # reply done, or lead now
     key: tuple = dataclasses.field(init=False)
 
     def __post_init__(self):
-        """Requests with equal keys decode as one batch. A seed only matters to sampling, and only
-        when it was asked for: other requests share a batch whatever their seed."""
-        settings = self.settings
-        if settings.strategy != "sample" or settings.seed is None:
-            settings = dataclasses.replace(settings, seed=None)
-        self.key = (id(self.bot), self.tone, settings)
+        """Requests with equal keys decode as one batch: the same model, tone, plan and settings. A seed only
+        matters to sampling, and only when it was asked for: other requests share a batch whatever their seed."""
+        settings = self.checked.settings
+        seed = settings.seed if settings.strategy == "sample" else None
+        values = tuple((field.name, getattr(settings, field.name)) for field in dataclasses.fields(settings)
+                       if field.name != "seed")
+        self.key = (id(self.bot), tuple(self.checked.tones), self.checked.plan, values, seed)
 
 
 class ReplyBatcher:
@@ -57,20 +55,18 @@ class ReplyBatcher:
         self.batches: list[int] = []  # the size of every batch decoded so far (for tests and benchmarks)
         self.alone = 0  # requests decoded beside the batches, their graph not traced yet
 
-    def reply(self, bot, question: str, tone=None, settings: GenerationConfig | None = None, history=None,
-              **decoding) -> str:
-        """`bot`'s reply to `question`; `settings`: the decoding options as the caller checked them, or else
-        `decoding` as keywords; `history`: the conversation before it (`Chatbot.in_context`)."""
+    def reply(self, bot, question: str, tone=None, settings=None, history=None, **decoding) -> str:
+        """`bot`'s reply to `question`; `settings`: a `GenerationConfig`, or else `decoding` as keywords;
+        `history`: the conversation before it (`Chatbot.in_context`)."""
         # A refused question, history or option fails here, in the caller's thread, before it can join a batch.
-        question = bot.in_context(question, history)
-        settings = bot.check(tone, settings, **decoding)
-        if not bot.ready(settings):
-            # Settings whose graph is not traced yet cost seconds of tracing: decoded in this caller's thread,
+        checked = bot.request([question], tone, settings, None if history is None else [history], **decoding)
+        if not bot.ready(checked.plan):
+            # A plan whose graph is not traced yet costs seconds of tracing: decoded in this caller's thread,
             # beside the batches, so requests whose graph is ready never wait behind it.
             with self._lock:
                 self.alone += 1
-            return bot.reply_batch([question], tone, settings=settings)[0]
-        request = _Request(bot, question, tone, settings)
+            return bot.answer(checked)[0]
+        request = _Request(bot, checked)
         with self._lock:
             self._waiting.append(request)
             if not self._busy:
@@ -105,7 +101,7 @@ class ReplyBatcher:
         head = batch[0]
         self.batches.append(len(batch))
         try:
-            replies = head.bot.reply_batch([r.question for r in batch], head.tone, settings=head.settings)
+            replies = head.bot.answer(head.checked.joined([r.checked for r in batch]))
         except BaseException as error:  # noqa: BLE001 - raised in the waiting callers' threads, not this one
             if len(batch) > 1 and isinstance(error, Exception):  # one request's fault must not fail the others
                 for request in batch:

@@ -9,10 +9,9 @@ Must not parse arguments (that is `chatbot.cli`) or import TensorFlow before a m
 from __future__ import annotations
 
 import sys
-import threading
 
 from chatbot.artifacts import check_model_dir
-from chatbot.config import CONTEXT_TURNS
+from chatbot.config import CONTEXT_TURNS, Compilation
 from chatbot.text import check_questions
 
 
@@ -43,46 +42,31 @@ def chat(model: str, question: str | None, decoding: dict, load_tensorflow=lambd
     if question is None and not sys.stdin.isatty():
         answer_lines(ModelOnFirstUse(model, decoding), sys.stdin.buffer, decoding)
         return
-    bot = load_for_chat(model, decoding, jit_compile="eager" if question is not None else False)
+    bot = load_for_chat(model, decoding, Compilation.EAGER if question is not None else Compilation.GRAPH)
     if question is not None:
         print(bot.reply(question, **decoding))
     else:
-        tracing = trace_in_background(bot, decoding)
+        tracing = bot.trace_in_background(**decoding)  # while the user types the first question
         try:
             chat_interactively(bot, model, decoding, context)
         finally:
             tracing.join()  # a process that exits while a thread is inside TensorFlow aborts
 
 
-def load_for_chat(model: str, decoding: dict, jit_compile: bool | str = True):
+def load_for_chat(model: str, decoding: dict, compilation: Compilation | str = Compilation.XLA):
     """The model, with the decoding options that depend on it checked (no_repeat_ngram_size vs its max_length).
-    A conversation decodes as a plain graph (`jit_compile=False`): XLA compiles once per batch and
+    A conversation decodes as a plain graph (`Compilation.GRAPH`): XLA compiles once per batch and
     question-length bucket, seconds each on a CPU, so the first reply and each reply to a question of a new
     length would wait 5 s for a reply that takes 50 ms uncompiled; many piped lines are worth it. One question
-    runs eagerly ("eager"): tracing the loop would cost more than running it once."""
-    from chatbot.generate import Chatbot
+    runs eagerly (`Compilation.EAGER`): tracing the loop would cost more than running it once."""
+    from chatbot.engine import Chatbot
 
-    bot = Chatbot.load(model, jit_compile=jit_compile)
+    bot = Chatbot.load(model, compilation)
     try:
         bot.check(**decoding)
     except ValueError as error:
         raise UserError(str(error)) from None
     return bot
-
-
-def trace_in_background(bot, decoding: dict) -> threading.Thread:
-    """Trace the reply graph of `decoding` in a daemon thread while the user types the first question: a trace
-    takes seconds on a CPU, a reply then tens of milliseconds. A question asked sooner waits for the same trace
-    (a graph function traces once for all its callers)."""
-    def trace():
-        try:
-            bot.reply("안녕", **decoding)
-        except Exception:  # noqa: BLE001  the user's own first reply meets the same error, and says it
-            pass
-
-    thread = threading.Thread(target=trace, name="trace-replies", daemon=True)
-    thread.start()
-    return thread
 
 
 class ModelOnFirstUse:

@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from chatbot.artifacts import (EMBEDDINGS_FILE, HISTORY_FILE, INDEX_FILE, METRICS_FILE, SENTENCE_FILE, ArtifactError,
                                array_bytes, discard_dir, keras_bytes, kill_point, save_model_dir)
-from chatbot.config import FOR_OWN_DATA, ChatbotConfig, TokenizerConfig
+from chatbot.config import FOR_OWN_DATA, ChatbotConfig, Compilation, TokenizerConfig
 from chatbot.context import context_for, training_batches
 from chatbot.data import DataError, QAPair, split_by_question
 from chatbot.fitting import WorkerFit
@@ -303,11 +303,12 @@ def _selection_callbacks(data: Data, model, best_path: Path, history_path: Path 
     config, val_pairs = data.config, data.val_pairs
     rule, patience = config.train.select, config.train.early_stopping
     if rule == "chrf" and val_pairs:
-        from chatbot.generate import Chatbot
+        from chatbot.engine import Chatbot
         from chatbot.selection import ReplyQualityCheckpoint
 
         monitor, mode = "val_select", "max"
-        bot = Chatbot(model, data.tokenizer, config, retriever=data.retriever, jit_compile=xla)
+        bot = Chatbot(model, data.tokenizer, config, retriever=data.retriever,
+                      compilation=Compilation.XLA if xla else Compilation.GRAPH)
         chosen = [ReplyQualityCheckpoint(bot, val_pairs, best_path, best=_best_so_far(history_path, monitor, max))]
     else:
         monitor, mode = ("val_loss" if val_pairs else "loss"), "min"
@@ -342,12 +343,12 @@ def select(model: FittedTransformer, data: Data, state: Path, log) -> Selected:
     metrics = _evaluate(inference_model, data.val_batches)
     log("validation: " + (", ".join(f"{k} {v:.4f}" for k, v in metrics.items()) if metrics else "no held-out pairs"))
     from chatbot.evaluate import reply_variety
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
     from chatbot.selection import fit_rerank
 
     # "eager": the variety check decodes one batch, op by op, as tracing its loop would cost more than running it
     # once; the rerank fit traces its own function over every batch, whatever the bot's mode.
-    bot = Chatbot(inference_model, data.tokenizer, config, retriever=retriever, jit_compile="eager")
+    bot = Chatbot(inference_model, data.tokenizer, config, retriever=retriever, compilation=Compilation.EAGER)
     if retriever is not None and val_pairs:
         config = dataclasses.replace(config, rerank=fit_rerank(bot, val_pairs, log))
     history = read_history(state / HISTORY_FILE)

@@ -1,8 +1,8 @@
 """The app's workspace: the models it answers with, and the one training it may run in the background.
 
 Owns: the model shelf (the startup model plus every model directory directly under a root, each
-loaded once and shared), getting a model ready to answer (its first replies' graphs traced before anyone
-asks, XLA compiled in the background), the checks on what a user sends (question length, uploaded CSVs), the web
+loaded once and shared, its first replies traced on load when asked: the engine owns how), the checks on
+uploaded CSVs, the web
 UI's training sizes and a model's layer and head numbers for the attention tab, and a background training job
 with its live progress (a Keras callback) and its unique output directory. User mistakes come back as
 messages or `ArtifactError`/`ValueError`, which the UI shows. TensorFlow is imported on first use (loading
@@ -12,9 +12,7 @@ or draw.
 
 from __future__ import annotations
 
-import dataclasses
 import html
-import inspect
 import re
 import shutil
 import threading
@@ -23,59 +21,23 @@ import typing
 from pathlib import Path
 
 from chatbot.artifacts import CONFIG_FILE, ArtifactError, check_model_dir
-from chatbot.config import ChatbotConfig, DataConfig, GenerationConfig, ModelConfig, TokenizerConfig, TrainConfig
+from chatbot.config import ChatbotConfig, Compilation, DataConfig, ModelConfig, TokenizerConfig, TrainConfig
 from chatbot.data import DataError, load_pairs
 from chatbot.schedule import fitted_to_data
 from chatbot.startup import import_tensorflow_quietly
 
 
-def load_chatbot(model_dir: str | Path, jit_compile: bool | str = True, prepare: bool = False):
+def load_chatbot(model_dir: str | Path, compilation: Compilation | str = Compilation.XLA, prepare: bool = False):
     """Load a model directory as a `Chatbot`; raises ArtifactError (one line) for anything that does not load.
-    `prepare`: also `prepare_replies`, so its first requests do not wait for a trace."""
+    `prepare`: also trace its first replies (`Chatbot.trace_first_replies`), so its first requests do not wait."""
     check_model_dir(model_dir)  # missing files and version mismatches, before TensorFlow is imported
     import_tensorflow_quietly()  # without its start-up notes (at once when it is imported already)
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
-    bot = Chatbot.load(model_dir, jit_compile=jit_compile)
+    bot = Chatbot.load(model_dir, compilation)
     if prepare:
-        prepare_replies(bot)
+        bot.trace_first_replies()
     return bot
-
-
-def prepare_replies(bot, question: str = "안녕", streamed: bool = True) -> None:
-    """Answer one question with the default settings as `/chat` does (and, with `streamed`, as the chat streams
-    it), so that the graphs a first request runs are traced before anyone asks: a trace costs seconds on a CPU
-    (the first in a process most), a reply then tens of milliseconds. The app decodes these as plain graphs
-    (jit_compile "warmed" or False); with XLA on, this would compile them for one question's shapes."""
-    reply = bot.reply(question)
-    if streamed:
-        for _ in bot.stream(question):
-            pass
-        bot.provenance(question, reply)  # builds its table of training answers once
-
-
-def warm_up_in_background(bot, log=lambda line: print(line, flush=True)) -> threading.Thread:
-    """In a daemon thread, trace the bot's first streamed reply (`prepare_replies`: the app serves its page
-    first, while a browser user is still typing), then compile its default decoding with XLA for every batch
-    and encoder-length bucket, so the app answers at once and a burst of requests finds the compiled loops
-    ready; `log` gets one line when it is done."""
-    def warm_up():
-        prepare_replies(bot)
-        started = time.perf_counter()
-        bot.warm_up()
-        log(f"warm-up done: every batch shape compiled in {time.perf_counter() - started:.0f} s")
-
-    thread = threading.Thread(target=warm_up, name="warm-up", daemon=True)
-    thread.start()
-    return thread
-
-
-def clip_question(text: str | None, max_chars: int) -> tuple[str, str]:
-    """The question as the model will see it, and a notice for the user ("" when nothing was cut)."""
-    question = (text or "").strip()
-    if len(question) <= max_chars:
-        return question, ""
-    return question[:max_chars], f"질문이 너무 길어서 앞의 {max_chars}자만 사용했어요."
 
 
 def attention_choices(bot) -> tuple[list[int], list[int]]:
@@ -96,7 +58,7 @@ class ModelShelf:
     """The models the app answers with: the startup model, and every model directory directly under
     `root` (a non-hidden folder holding config.json). Each is loaded once and then shared, and decodes
     with XLA or as a plain graph as the startup model does; with `prepare`, it is loaded with its first
-    replies traced (`prepare_replies`)."""
+    replies traced (`Chatbot.trace_first_replies`)."""
 
     def __init__(self, root: str | Path, startup_bot, prepare: bool = False):
         self.root = Path(root).resolve()
@@ -129,7 +91,7 @@ class ModelShelf:
             if name not in self._bots:
                 if name not in self.names():
                     raise ArtifactError(f"{name!r}: {self.root.name}/ 아래에 그런 모델이 없어요")
-                self._bots[name] = load_chatbot(self.root / name, self.startup_bot.decoder.jit_compile, self.prepare)
+                self._bots[name] = load_chatbot(self.root / name, self.startup_bot.compilation, self.prepare)
             return self._bots[name]
 
 
@@ -278,31 +240,3 @@ class BackgroundTrainer:
         finally:
             self._lock.release()
             job.finished.set()
-
-
-def typed_chat_function(chat, doc: str | None = None, refuse=ValueError):
-    """`chat(message, model="", **decoding)` as a plain function with one typed parameter per
-    GenerationConfig field, in field order, which is what an API layer (Gradio's `gr.api`) reads:
-    `(message, <GenerationConfig fields>, model, tone, history)`. Arguments that do not fit it (a missing message,
-    one too many) raise `refuse(reason)`, an error the API layer shows its caller."""
-    kind, types = inspect.Parameter.POSITIONAL_OR_KEYWORD, typing.get_type_hints(GenerationConfig)
-    defaults = GenerationConfig()
-    parameters = [inspect.Parameter("message", kind, annotation=str),
-                  *(inspect.Parameter(f.name, kind, default=getattr(defaults, f.name), annotation=types[f.name])
-                    for f in dataclasses.fields(GenerationConfig)),
-                  inspect.Parameter("model", kind, default="", annotation=str),
-                  inspect.Parameter("tone", kind, default="", annotation=str),
-                  inspect.Parameter("history", kind, default=None, annotation=list | None)]
-    signature = inspect.Signature(parameters, return_annotation=str)
-
-    def typed_chat(*args, **kwargs):
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError as error:
-            raise refuse(f"the request does not fit /chat({', '.join(signature.parameters)}): {error}") from None
-        bound.apply_defaults()
-        return chat(**bound.arguments)
-
-    typed_chat.__signature__, typed_chat.__doc__ = signature, doc
-    typed_chat.__annotations__ = {**{p.name: p.annotation for p in parameters}, "return": str}
-    return typed_chat

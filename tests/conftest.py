@@ -67,7 +67,7 @@ def follow_up_answer(dialogue: str) -> str:
 LONGEST_FIRST = [
     "test_notebook.py",  # 47
     "test_model.py",  # 10
-    "test_generate.py",  # 91
+    "test_engine.py",  # 91
     "test_train.py",  # 59
     "test_app.py",  # 54
     "test_runstate.py",  # 41
@@ -79,7 +79,7 @@ LONGEST_FIRST = [
     "test_browser.py",  # 14
     "test_export.py",  # 12
     "test_default_model.py",  # 11
-    "test_decoding.py",  # 11
+    "test_rerank.py",  # 11
 ]
 
 
@@ -98,6 +98,22 @@ def write_csv(path: Path, rows, header=("Q", "A", "label"), encoding="utf-8") ->
             writer.writerow(header)
         writer.writerows(rows)
     return path
+
+
+def stages_run(bot) -> list[str]:
+    """From now on, the name of each of `bot`'s decoding stages (`prepare`, `loop`, `start`, `step`) each time it
+    runs as Python. A bot that is not eager runs them as Python only while it traces a graph, so the list stays
+    empty across replies that traced nothing (and names what a trace built)."""
+    ran = []
+    for name in ("prepare", "loop", "start", "step"):
+        stage = getattr(bot, name)
+
+        def recorded(*args, _name=name, _stage=stage, **kwargs):
+            ran.append(_name)
+            return _stage(*args, **kwargs)
+
+        setattr(bot, name, recorded)  # on this bot only: its graphs look the stage up when they trace
+    return ran
 
 
 def saved_model_class(model_dir: Path) -> str:
@@ -158,10 +174,10 @@ def tiny_model_dir(tmp_path_factory, tiny_csv, tiny_dialogues_csv) -> Path:
 def tiny_bot(tiny_model_dir):
     """The tiny model's `Chatbot`, decoding as a plain graph: with XLA every new batch and encoder-length
     shape costs seconds of compilation on a CPU, again and again across the suite. The XLA loop gives the
-    same tokens (test_generate.py checks it), and the tests of XLA itself, warm-up and the SavedModel use it."""
-    from chatbot.generate import Chatbot
+    same tokens (test_engine.py checks it), and the tests of XLA itself, warm-up and the SavedModel use it."""
+    from chatbot.engine import Chatbot
 
-    return Chatbot.load(tiny_model_dir, jit_compile=False)
+    return Chatbot.load(tiny_model_dir, compilation="graph")
 
 
 @pytest.fixture(scope="session")

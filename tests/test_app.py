@@ -47,9 +47,9 @@ def models_root(tmp_path_factory, tiny_model_dir):
 def bot(models_root):
     """The app's start-up model, decoding as a plain graph (see conftest's `tiny_bot`): the UI is under
     test here, not XLA, whose compilations would cost seconds for every new batch shape and setting."""
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
-    return Chatbot.load(models_root / "tiny", jit_compile=False)
+    return Chatbot.load(models_root / "tiny", compilation="graph")
 
 
 @pytest.fixture(scope="module")
@@ -211,18 +211,18 @@ class RecordedBatches:
     def __getattr__(self, name):
         return getattr(self.bot, name)
 
-    def check(self, *args, **kwargs):
+    def request(self, *args, **kwargs):
         with self._lock:
             self.checked += 1
-        return self.bot.check(*args, **kwargs)
+        return self.bot.request(*args, **kwargs)
 
-    def reply_batch(self, texts, tone=None, **decoding):
+    def answer(self, request):
         if not self.batches:
             deadline = time.monotonic() + 60
-            while self.checked < 2 * self.requests and time.monotonic() < deadline:
+            while self.checked < self.requests and time.monotonic() < deadline:
                 time.sleep(0.002)
-        self.batches.append(list(texts))
-        return self.bot.reply_batch(texts, tone, **decoding)
+        self.batches.append(list(request.texts))
+        return self.bot.answer(request)
 
 
 def test_concurrent_chat_requests_are_decoded_together(bot, models_root):
@@ -365,7 +365,7 @@ def test_a_ctrl_c_while_the_warm_up_starts_closes_the_server_and_main_returns(bo
         raise KeyboardInterrupt  # as a Ctrl-C there would
 
     monkeypatch.setattr(app_module, "load_chatbot", lambda *_, **__: bot)
-    monkeypatch.setattr(app_module, "warm_up_in_background", interrupted)
+    monkeypatch.setattr(type(bot), "warm_up_in_background", interrupted)
     def serve(port):
         app_module.main(["--model", str(models_root / "tiny"), "--port", str(port)])
         return port
@@ -465,16 +465,18 @@ def test_the_first_replies_are_traced_before_the_page_and_xla_compiled_after_it(
 
     class Demo:
         def launch(self, **options):
-            events.append(("page", [plan.jit for plan in served[-1].decoder.graphs]))
+            events.append(("page", [plan.jit for plan in served[-1].compiled_plans]))
 
         def block_thread(self):
             pass
 
     monkeypatch.setattr(app_module, "build_demo", lambda bot, **options: served.append(bot) or Demo())
-    monkeypatch.setattr(app_module, "warm_up_in_background", lambda bot: events.append(("warm-up", bot)))
+    from chatbot.engine import Chatbot
+
+    monkeypatch.setattr(Chatbot, "warm_up_in_background", lambda bot: events.append(("warm-up", bot)))
     for flags in (["--no-warm-up"], ["--no-warm-up", "--no-xla"], []):
         app.main(["--model", str(models_root / "tiny"), *flags])
-    assert [bot.decoder.jit_compile for bot in served] == [True, False, "warmed"]
+    assert [bot.compilation for bot in served] == ["xla", "graph", "warmed"]
     # the default settings' plain graph traced before the page was served, the XLA warm-up started after it
     assert events == [("page", []), ("page", []), ("page", [False]), ("warm-up", served[-1])]
 

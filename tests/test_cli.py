@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from chatbot import cli, terminal
-from conftest import ROOT, TINY_PAIRS, history_of, write_csv
+from conftest import ROOT, TINY_PAIRS, history_of, stages_run, write_csv
 
 
 def run_cli(*args, stdin=None, cwd=ROOT):
@@ -159,15 +159,15 @@ def test_a_hostile_model_directory_is_one_error_line(tmp_path, capsys, tiny_mode
     assert not out
 
 
-def record_jit_compile(monkeypatch) -> list[bool]:
-    """`Chatbot.load`, unchanged, noting the `jit_compile` each call asked for."""
-    from chatbot.generate import Chatbot
+def record_compilation(monkeypatch) -> list[str]:
+    """`Chatbot.load`, unchanged, noting the `Compilation` each call asked for."""
+    from chatbot.engine import Chatbot, Compilation
 
     asked, load = [], Chatbot.load.__func__
 
-    def recording(cls, path, jit_compile=True):
-        asked.append(jit_compile)
-        return load(cls, path, jit_compile=jit_compile)
+    def recording(cls, path, compilation=Compilation.XLA):
+        asked.append(Compilation(compilation))
+        return load(cls, path, compilation)
 
     monkeypatch.setattr(Chatbot, "load", classmethod(recording))
     return asked
@@ -176,19 +176,19 @@ def record_jit_compile(monkeypatch) -> list[bool]:
 def test_chat_one_shot(tiny_model_dir, tiny_bot, capsys, monkeypatch):
     """One question decodes without XLA and eagerly: compiling, or tracing a graph, costs more than the reply."""
     import tensorflow as tf
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
-    asked, traced, reply_batch = record_jit_compile(monkeypatch), [], Chatbot.reply_batch
+    asked, compiled, reply = record_compilation(monkeypatch), [], Chatbot.reply
 
     def recording(bot, *args, **options):
-        replies = reply_batch(bot, *args, **options)
-        traced.extend(name for graphs in bot.decoder.graphs.values() for name in graphs.built)
-        return replies
+        answer = reply(bot, *args, **options)
+        compiled.extend(bot.compiled_plans)
+        return answer
 
-    monkeypatch.setattr(Chatbot, "reply_batch", recording)
+    monkeypatch.setattr(Chatbot, "reply", recording)
     status, out, _ = main(capsys, "chat", "--model", tiny_model_dir, "--question", "배고파")
     assert status == 0 and out.strip() == "맛있는 거 드세요."
-    assert asked == ["eager"] and traced == [] and not tf.config.functions_run_eagerly()  # no global switch
+    assert asked == ["eager"] and compiled == [] and not tf.config.functions_run_eagerly()  # no global switch
 
     question = "오늘 회사에서 혼났어"
     out = main(capsys, "chat", "--model", tiny_model_dir, "-q", question, "--strategy", "sample", "--seed", "5")[1]
@@ -277,13 +277,12 @@ def test_an_ngram_size_past_the_models_max_length_is_one_error_line(tiny_model_d
 
 
 def test_a_conversation_traces_its_reply_graph_while_the_first_question_is_typed(tiny_model_dir):
-    bot = terminal.load_for_chat(str(tiny_model_dir), {}, jit_compile=False)
-    terminal.trace_in_background(bot, {}).join(timeout=300)
-    graphs = [graph for plan in bot.decoder.graphs.values() for graph in plan.built.values()]
-    traced = [graph.experimental_get_tracing_count() for graph in graphs]
-    assert graphs and all(traced)
+    bot = terminal.load_for_chat(str(tiny_model_dir), {}, "graph")
+    bot.trace_in_background().join(timeout=300)
+    assert bot.ready(bot.plan(bot.check()))
+    ran = stages_run(bot)
     assert bot.reply("배고파") == "맛있는 거 드세요."
-    assert [graph.experimental_get_tracing_count() for graph in graphs] == traced  # the reply traced nothing
+    assert ran == []  # the reply traced nothing
 
 
 def test_a_conversation_answers_each_line_even_while_its_graph_is_still_being_traced(tiny_model_dir, capsys,
@@ -309,7 +308,7 @@ def test_a_conversation_keeps_its_context_until_new_and_no_context_answers_each_
     lines = iter([first, "응", "/new", "응", ""])
     monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(isatty=lambda: True))
     monkeypatch.setattr(builtins, "input", lambda prompt="": next(lines))
-    bot = terminal.load_for_chat(str(tiny_model_dir), {}, jit_compile=False)
+    bot = terminal.load_for_chat(str(tiny_model_dir), {}, "graph")
     monkeypatch.setattr(terminal, "load_for_chat", lambda *_, **__: bot)
     status, out, err = main(capsys, "chat", "--model", tiny_model_dir, *flags)
     assert status == 0, err
@@ -342,11 +341,11 @@ def test_piped_lines_all_answered_exit_with_status_0(tiny_model_dir, capsys, mon
 
     piped = types.SimpleNamespace(isatty=lambda: False, buffer=io.BytesIO("안녕하세요\n잘 자\n".encode()))
     monkeypatch.setattr(sys, "stdin", piped)
-    asked = record_jit_compile(monkeypatch)
+    asked = record_compilation(monkeypatch)
     status, out, err = main(capsys, "chat", "--model", tiny_model_dir)
     assert status == 0, err
     assert out.splitlines() == ["반가워요.", "좋은 꿈 꾸세요."]
-    assert asked == [True]  # piped lines, often many, are worth compiling
+    assert asked == ["xla"]  # piped lines, often many, are worth compiling
 
 
 def test_piped_lines_that_are_not_utf8_or_too_long_are_skipped_and_the_rest_answered(tiny_bot, capsys):
@@ -500,7 +499,7 @@ def test_a_new_csv_builds_on_the_base_model_and_keeps_its_vocabulary_and_encoder
     measured on the default model by bench/small_csv.py: the tiny base's 200 pieces cannot spell a new answer.)"""
     import json
 
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
     faq = [(question, answer, 0) for pair in (
         ("몇 시에 열어요?", "언제 문 열어요?", "아침 9시에 열어요."), ("주차 돼요?", "차 댈 곳 있어요?", "건물 뒤에 대세요."),
@@ -517,7 +516,7 @@ def test_a_new_csv_builds_on_the_base_model_and_keeps_its_vocabulary_and_encoder
     assert config["tokenizer"] == base["tokenizer"] and config["model"] == base["model"]
     assert config["base"] == str(tiny_model_dir) and config["retrieval"]["fallback"] == "가게로 전화 주세요."
     assert (out / "sentence.keras").is_file() and config["retrieval"]["answers"] > 0
-    bot = Chatbot.load(out, jit_compile=False)
+    bot = Chatbot.load(out, compilation="graph")
     assert [p.question for p in bot.retriever.pairs] == [q for q, _, _ in faq]
     assert 0 < bot.retriever.config.threshold < 1  # calibrated on the questions that share an answer
 

@@ -97,7 +97,7 @@ def test_a_bad_tf_config_is_one_error_line_and_exit_2(tmp_path):
 
 @pytest.mark.slow  # two TensorFlow processes training together
 def test_two_workers_train_one_model_that_the_chief_saves_and_answers(tmp_path):
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
     csv = write_csv(tmp_path / "d.csv", TINY_PAIRS)
     results = train_two_workers(lambda i: ["--data", csv, "--out", tmp_path / f"m{i}", *TINY_MODEL], tmp_path)
@@ -112,7 +112,7 @@ def test_two_workers_train_one_model_that_the_chief_saves_and_answers(tmp_path):
     assert losses[0] and losses[0][-1] == losses[1][-1], losses
     (row,) = csv_rows(tmp_path / "m0" / "history.csv")
     assert float(row["loss"]) == pytest.approx(float(losses[0][-1]), abs=1e-4)
-    reply = Chatbot.load(tmp_path / "m0", jit_compile="eager").reply("배고파")  # one reply: nothing to trace
+    reply = Chatbot.load(tmp_path / "m0", compilation="eager").reply("배고파")  # one reply: nothing to trace
     assert reply.strip() and not any(special in reply for special in ("<pad>", "<s>", "</s>", "<sep>"))
 
 

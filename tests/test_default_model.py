@@ -24,11 +24,11 @@ SPECIAL_PIECES = ("<pad>", "<s>", "</s>", "<unk>", "<sep>", "<tone", "\u2581")
 @pytest.fixture(scope="module")
 def default_bot():
     """Decoding as a plain graph: these tests judge the model's replies, which XLA leaves the same
-    (test_generate.py), and each XLA compilation of the full-size model for a new batch shape or
+    (test_engine.py), and each XLA compilation of the full-size model for a new batch shape or
     setting took seconds (the file ran 36 s alone with XLA, 23 s without)."""
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
-    return Chatbot.load(DEFAULT_MODEL, jit_compile=False)
+    return Chatbot.load(DEFAULT_MODEL, compilation="graph")
 
 
 @pytest.fixture(scope="module")

@@ -31,12 +31,12 @@ def test_reply_metrics_tell_a_collapsed_model_from_a_good_one():
 
 def test_eval_prints_metrics_whose_chrf_and_bleu_equal_sacrebleus(tiny_model_dir, tiny_csv, tmp_path, capsys,
                                                                   monkeypatch):
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
     # The metrics are under test here, not XLA, whose compilations for each batch shape cost seconds on
     # a CPU: the command loads its model for plain-graph decoding (test_cli.py's piped chat keeps XLA).
     load = Chatbot.load.__func__
-    monkeypatch.setattr(Chatbot, "load", classmethod(lambda cls, path: load(cls, path, jit_compile=False)))
+    monkeypatch.setattr(Chatbot, "load", classmethod(lambda cls, path: load(cls, path, "graph")))
     replies_path = tmp_path / "replies.csv"
     assert main(["eval", "--model", str(tiny_model_dir), "--data", str(tiny_csv), "--replies", str(replies_path),
                  "--latency-sample", "3"]) == 0

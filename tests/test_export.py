@@ -52,8 +52,7 @@ def test_the_graphs_runaway_cut_cuts_where_chatbot_reply_cuts():
     import numpy as np
     import tensorflow as tf
 
-    from chatbot.export import runaway_cut_graph
-    from chatbot.replies import runaway_cut
+    from chatbot.engine import runaway_cut, runaway_cut_graph  # the SavedModel runs the graph twin
 
     length, rng = 16, np.random.default_rng(0)
     rows = [[5 + (i % 3) for i in range(length)],  # a 3-token loop

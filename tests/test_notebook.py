@@ -109,7 +109,7 @@ def test_notebook_defines_no_classes_and_imports_the_package(source_notebook):
     source = "\n".join(cell.source for cell in code_cells(source_notebook))
     assert not re.search(r"^\s*class\s+\w+", source, re.M), "the tutorial must import model code, not define it"
     assert not re.search(r"keras\.(layers\.Layer|Model)\s*\)", source)
-    for module in ("chatbot.model", "chatbot.generate", "chatbot.train", "chatbot.data", "chatbot.plots"):
+    for module in ("chatbot.model", "chatbot.engine", "chatbot.train", "chatbot.data", "chatbot.plots"):
         assert f"from {module} import" in source
 
 

@@ -170,7 +170,7 @@ def test_models_saved_before_context_existed_read_as_question_only():
 
 
 def test_a_chatbot_reads_retrieved_answers_and_checks_the_tone(tiny_bot):
-    ids = tiny_bot.decoder.encoder_ids(tf.constant(["배고파"]), tf.constant([1])).to_list()[0]
+    ids = tiny_bot.encoder_ids(tf.constant(["배고파"]), tf.constant([1])).to_list()[0]
     assert ids[:2] == [START_ID, TONE_IDS[1]] and ids.count(SEPARATOR_ID) == tiny_bot.config.context.retrieved
     assert tiny_bot.reply("배고파", tone="sad") == tiny_bot.reply("배고파", tone=1)
     for bad in ("angry", 3, -1, True):
@@ -224,18 +224,18 @@ def test_answer_likeness_is_one_for_the_same_text_and_zero_for_nothing_shared():
 
 @pytest.mark.slow  # trains a tiny model
 def test_with_questions_each_neighbours_question_is_shown_and_decoding_matches_the_naive_loop(tmp_path):
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
     from chatbot.train import train
     from conftest import REPEATS, TINY_PAIRS, tiny_config
 
     pairs = [QAPair(q, a, label) for q, a, label in TINY_PAIRS]
     config = dataclasses.replace(tiny_config(epochs=1, repeats=1), context=ContextConfig(retrieved=2, questions=True))
     train(pairs * (REPEATS // 4), config, tmp_path / "m", verbose=0, log=lambda *_: None)
-    bot = Chatbot.load(tmp_path / "m", jit_compile="eager")  # one reply: nothing to trace
+    bot = Chatbot.load(tmp_path / "m", compilation="eager")  # one reply: nothing to trace
     assert bot.config.context.questions and bot.config.context.retrieved == 2
     question = "배고파 죽겠어"
     asked, answers = bot.retriever.neighbours([question], 2)
-    ids = bot.decoder.encoder_ids(tf.constant([question])).to_list()[0]
+    ids = bot.encoder_ids(tf.constant([question])).to_list()[0]
     expected = [START_ID, *bot.tokenizer.encode([question])[0], END_ID]
     for neighbour_question, answer in zip(asked.numpy()[0], answers.numpy()[0]):
         expected += [SEPARATOR_ID, START_ID, *bot.tokenizer.encode([neighbour_question.decode()])[0], END_ID,

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from chatbot.config import STRATEGIES, GenerationConfig
-from chatbot.plan import Options
+from chatbot.engine import Options
 from chatbot.samplers import (NEG_INF, SAMPLERS, BeamSampler, GreedySampler, TopKTopPSampler,
                               only_padding_when_finished, sampler_for, suppress_special)
 from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID

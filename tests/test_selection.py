@@ -29,7 +29,7 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
 
     import chatbot.selection
     from chatbot.data import load_pairs, split_by_question
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
     from chatbot.retrieval import Retriever
     from chatbot.train import train
     from conftest import REPEATS, tiny_config
@@ -47,7 +47,7 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
     train_pairs, val = split_by_question(pairs, 0.3, config.data.seed)
     saved = Chatbot.load(out)  # its index holds the validation pairs too; training retrieved from train_pairs
     assert saved.config.rerank.fitted_on == len(val)  # its rerank weights were chosen on them
-    bot = Chatbot(saved.model, saved.tokenizer, saved.config, retriever=Retriever(train_pairs), jit_compile="eager")
+    bot = Chatbot(saved.model, saved.tokenizer, saved.config, retriever=Retriever(train_pairs), compilation="eager")
     kept = reply_metrics(bot.reply_batch([p.question for p in val], candidates=0), [p.answer for p in val])
     assert selection_score(kept["chrf"], kept["unique_ratio"]) == pytest.approx(max(scores), abs=1e-6)
 
@@ -71,7 +71,7 @@ def test_fitted_rerank_weights_do_no_worse_than_the_defaults_and_score_what_deco
     fitted on them do at least as well as the defaults, and their chrF is what replies decoded with them get."""
     import dataclasses
 
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
     asked = {"배고픈데 뭐 먹지": "맛있는 거 드세요.", "비가 많이 와": "우산 챙기세요.", "헤어지고 너무 힘들어": "많이 힘들겠어요.",
              "오늘 좀 피곤하네": "푹 쉬세요.", "시험 또 망쳤다": "다음엔 잘할 거예요.", "생일이야": "생일 축하해요!"}
@@ -81,6 +81,6 @@ def test_fitted_rerank_weights_do_no_worse_than_the_defaults_and_score_what_deco
                                         [references]).score
     assert weights.fitted_on == len(questions) and chrf >= default_chrf
     fitted = Chatbot(tiny_bot.model, tiny_bot.tokenizer, dataclasses.replace(tiny_bot.config, rerank=weights),
-                     retriever=tiny_bot.retriever, jit_compile="eager")  # one batch: nothing to trace
+                     retriever=tiny_bot.retriever, compilation="eager")  # one batch: nothing to trace
     replies = fitted.reply_batch(questions, candidates=RERANK_FIT_CANDIDATES)  # the option the weights are for
     assert sacrebleu.corpus_chrf(replies, [references]).score == pytest.approx(chrf)

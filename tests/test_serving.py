@@ -29,7 +29,7 @@ def queued(batcher) -> int:
 
 
 class HeldFirstBatch:
-    """The tiny bot, whose first `reply_batch` waits until `expected` other requests are queued, so
+    """The tiny bot, whose first `answer` waits until `expected` other requests are queued, so
     what arrives meanwhile must be decoded as later batches (the real decoding, just held). It records the
     questions of every batch and the thread that decoded it."""
 
@@ -40,13 +40,13 @@ class HeldFirstBatch:
     def __getattr__(self, name):
         return getattr(self.bot, name)
 
-    def reply_batch(self, texts, tone=None, **decoding):
+    def answer(self, request):
         if not self.calls:
             self.leading.set()
             wait_until(lambda: queued(self.batcher) >= self.expected, f"{self.expected} requests to queue")
-        self.calls.append(list(texts))
+        self.calls.append(list(request.texts))
         self.threads.append(threading.current_thread().name)
-        return self.bot.reply_batch(texts, tone, **decoding)
+        return self.bot.answer(request)
 
 
 def finish(threads) -> None:
@@ -152,11 +152,11 @@ class FailingBatches:
     def __getattr__(self, name):
         return getattr(self.bot, name)
 
-    def reply_batch(self, texts, tone=None, **decoding):
-        self.calls.append(list(texts))
-        if len(texts) > 1 or texts == ["망가진 질문"]:
+    def answer(self, request):
+        self.calls.append(list(request.texts))
+        if len(request.texts) > 1 or request.texts == ["망가진 질문"]:
             raise RuntimeError("this batch broke")
-        return self.bot.reply_batch(texts, tone, **decoding)
+        return self.bot.answer(request)
 
 
 def test_a_batch_that_fails_is_answered_request_by_request(tiny_bot):
@@ -195,7 +195,7 @@ def test_the_default_batch_is_the_largest_that_chatbot_warm_up_compiles():
     """The web app's batches never meet a batch shape its warm-up left for the first request to compile."""
     import inspect
 
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
     assert max(inspect.signature(Chatbot.warm_up).parameters["rows"].default) == ReplyBatcher().max_batch_size
 
@@ -209,14 +209,14 @@ def test_a_request_whose_graph_is_not_traced_never_holds_up_requests_whose_graph
         def __getattr__(self, name):
             return getattr(tiny_bot, name)
 
-        def ready(self, settings):
-            return settings.no_repeat_ngram_size == 0
+        def ready(self, plan):
+            return plan.no_repeat_ngram_size == 0
 
-        def reply_batch(self, texts, tone=None, settings=None, **decoding):
-            if settings.no_repeat_ngram_size:
+        def answer(self, request):
+            if request.plan.no_repeat_ngram_size:
                 tracing.set()
                 release.wait(timeout=120)  # as a trace would, until the others are done
-            return tiny_bot.reply_batch(texts, tone, settings=settings, **decoding)
+            return tiny_bot.answer(request)
 
     bot, slow_reply = NewSettingsTraceSlowly(), []
     tiny_bot.reply("안녕")  # the default settings' graph is traced
@@ -240,10 +240,10 @@ def test_a_request_whose_graph_is_not_traced_never_holds_up_requests_whose_graph
 
 def test_the_decoder_knows_which_settings_are_traced(tiny_model_dir):
     from chatbot.config import GenerationConfig
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
-    bot = Chatbot.load(tiny_model_dir, jit_compile=False)
-    new = GenerationConfig(no_repeat_ngram_size=4)
+    bot = Chatbot.load(tiny_model_dir, compilation="graph")
+    new = bot.plan(GenerationConfig(no_repeat_ngram_size=4))
     assert not bot.ready(new)
-    bot.reply("안녕", settings=new)
-    assert bot.ready(new) and not bot.ready(GenerationConfig(no_repeat_ngram_size=5))
+    bot.reply("안녕", no_repeat_ngram_size=4)
+    assert bot.ready(new) and not bot.ready(bot.plan(GenerationConfig(no_repeat_ngram_size=5)))

@@ -161,7 +161,7 @@ def test_a_run_that_did_not_learn_says_so_and_keeps_every_character_and_never_ru
     time). Its vocabulary holds every character of every pair, validation pairs included (a rare one lives
     only there), and its replies never loop to their length limit."""
     import chatbot.evaluate
-    from chatbot.generate import Chatbot, runaway_cut
+    from chatbot.engine import Chatbot, runaway_cut
 
     def decoded(*_):
         raise AssertionError("the losses already said the run did not learn: nothing to decode")
@@ -180,7 +180,7 @@ def test_a_run_that_did_not_learn_says_so_and_keeps_every_character_and_never_ru
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["learned"] is False and "did not learn" in metrics["warning"]
 
-    bot = Chatbot.load(out, jit_compile="eager")  # one batch: running it op by op costs less than tracing
+    bot = Chatbot.load(out, compilation="eager")  # one batch: running it op by op costs less than tracing
     texts = [p.answer for p in pairs] + [p.question for p in pairs]
     assert bot.tokenizer.decode(bot.tokenizer.encode(texts)) == texts
     for reply in bot.reply_batch([p.question for p in pairs], candidates=0):

@@ -5,9 +5,11 @@ import shutil
 
 import pytest
 
+from app import clip_question
 from chatbot.artifacts import ArtifactError
-from chatbot.workspace import (TRAINING_SIZES, ModelShelf, TrainingJob, attention_choices, clip_question,
+from chatbot.workspace import (TRAINING_SIZES, ModelShelf, TrainingJob, attention_choices,
                                load_chatbot, read_training_csv, training_config, unique_model_dir)
+from conftest import stages_run
 
 
 def test_long_question_is_cut_with_a_notice():
@@ -25,7 +27,7 @@ def test_model_shelf_offers_only_model_directories_under_the_root(tiny_bot, tiny
     shelf = ModelShelf(tmp_path, tiny_bot)
     assert shelf.choices() == [("tiny (시작 모델)", ""), ("other", "other")]
     assert shelf.get("") is tiny_bot and shelf.get("other") is shelf.get("other") is not tiny_bot
-    assert shelf.get("other").decoder.jit_compile is tiny_bot.decoder.jit_compile is False  # as the startup model
+    assert shelf.get("other").compilation is tiny_bot.compilation == "graph"  # as the startup model
     for name in (".hidden", "no-config", "../" + tmp_path.name + "/other", str(tmp_path / "other")):
         with pytest.raises(ArtifactError):
             shelf.get(name)
@@ -89,8 +91,8 @@ def test_a_model_loading_keeps_no_request_for_a_loaded_model_waiting(tiny_bot, t
     shutil.copytree(tiny_model_dir, tmp_path / "other")
     loading, release, asked = threading.Event(), threading.Event(), []
 
-    def slow_load(path, jit_compile, prepare):
-        asked.append((path.name, jit_compile, prepare))
+    def slow_load(path, compilation, prepare):
+        asked.append((path.name, compilation, prepare))
         loading.set()
         release.wait(60)
         return tiny_bot
@@ -108,22 +110,19 @@ def test_a_model_loading_keeps_no_request_for_a_loaded_model_waiting(tiny_bot, t
     release.set()
     picking.join(60)
     assert not picking.is_alive()
-    assert asked == [("other", False, True)] and shelf.get("other") is tiny_bot
-
-
-def traces(bot) -> list[int]:
-    """How many times each graph the bot has decoded with so far was traced."""
-    graphs = [graph for plan in bot.decoder.graphs.values() for graph in plan.built.values()]
-    return [graph.experimental_get_tracing_count() for graph in graphs]
+    assert asked == [("other", "graph", True)] and shelf.get("other") is tiny_bot  # as the first bot compiles
 
 
 def test_a_prepared_model_answers_and_streams_without_tracing_again(tiny_model_dir):
-    bot = load_chatbot(tiny_model_dir, jit_compile="warmed", prepare=True)
-    traced = traces(bot)
-    assert [plan.jit for plan in bot.decoder.graphs] == [False] and sum(traced) > 0  # plain graphs, no XLA
+    bot = load_chatbot(tiny_model_dir, "warmed", prepare=True)
+    assert [plan.jit for plan in bot.compiled_plans] == [False]  # plain graphs, no XLA
+    assert bot.ready(bot.compiled_plans[0])
+    ran = stages_run(bot)
     bot.reply_batch(["배고파", "오늘 회사에서 상사한테 혼나서 기분이 너무 안 좋아"] * 3)
     list(bot.stream("안녕하세요"))  # streamed steps are traced per encoder-length bucket: this one's is the prepared one
-    assert traces(bot) == traced
+    assert ran == []
+    bot.reply("배고파", no_repeat_ngram_size=3)  # settings not prepared: traced now, as the record shows
+    assert "loop" in ran
 
 
 def test_a_csv_outside_the_upload_folders_or_linked_out_of_them_is_not_read(tmp_path, tiny_csv):

@@ -67,10 +67,10 @@ def toned_chatbot(tokenizer, learned_tones: bool = True):
     """A `Chatbot` (a plain graph) over a `ToyModel` that answers every question with PLAIN_REPLY, and with
     SAD_REPLY when the encoder input holds the sad tone token; `learned_tones`: what its config says."""
     from chatbot.config import ChatbotConfig, ContextConfig, ModelConfig
-    from chatbot.generate import Chatbot
+    from chatbot.engine import Chatbot
 
     plain, sad = tokenizer.encode([PLAIN_REPLY, SAD_REPLY])
     model = ToyModel(tokenizer.vocab_size, max_length=16).says(plain).says(sad, tone=1)
     config = ChatbotConfig(model=ModelConfig(vocab_size=tokenizer.vocab_size, max_length=16),
                            context=ContextConfig(retrieved=0, tone=learned_tones))
-    return Chatbot(model, tokenizer, config, jit_compile=False)
+    return Chatbot(model, tokenizer, config, compilation="graph")

@@ -5,11 +5,9 @@ import pytest
 import tensorflow as tf
 
 from chatbot.config import GenerationConfig
-from chatbot.decoding import Prepared
-from chatbot.selection import reply_features
-from chatbot.generate import Chatbot
-from chatbot.plan import Plan
+from chatbot.engine import Chatbot, Options, Plan, Prepared
 from chatbot.rerank import token_f1
+from chatbot.selection import reply_features
 from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID, SEPARATOR_ID, START_ID
 from conftest import TINY_PAIRS
 
@@ -39,13 +37,11 @@ def test_the_reply_is_the_generated_one_or_a_retrieved_answer(tiny_bot):
 def test_the_default_reply_is_what_the_decoding_loop_wrote(tiny_model_dir, monkeypatch):
     """No default reply is chosen among retrieved answers after decoding: the rerank stage never runs, and the
     reply is the model's own greedy decoding (the full-recompute oracle writes the same)."""
-    from chatbot.decoding import CachedDecoder
-
     def refuse(*_, **__):
         raise AssertionError("the default reply was chosen after decoding")
 
-    monkeypatch.setattr(CachedDecoder, "rerank", refuse)
-    bot = Chatbot.load(tiny_model_dir, jit_compile=False)
+    monkeypatch.setattr(Chatbot, "rerank", refuse)
+    bot = Chatbot.load(tiny_model_dir, compilation="graph")
     questions = NEW_QUESTIONS + QUESTIONS[:5]
     replies = bot.reply_batch(questions)
     checked = [0, 3, 5]  # new and training questions; the oracle recomputes everything, so only these
@@ -62,13 +58,13 @@ def test_training_questions_still_get_their_own_answers(tiny_bot):
 
 def test_a_recurring_retrieved_answer_wins_over_a_lone_one(tiny_bot):
     """Consensus: among equally close questions, the answer that two of them share is chosen."""
-    decoder = tiny_bot.decoder
+    decoder = tiny_bot
     encoder_ids = decoder.prepare(["처음 보는 질문이에요"], None, Plan()).encoder_ids
     ids = tiny_bot.tokenizer.encode(["오늘만 버텨봐요.", "공원 산책 좋아요."])
     rows = [row + [END_ID] + [PAD_ID] * (decoder.max_length - len(row) - 1) for row in ids]
     retrieved = tf.constant([[rows[1], rows[0], rows[0]]], tf.int32)
     generated = tf.constant([rows[1]], tf.int32)
-    _, options = tiny_bot.options()
+    options = tiny_bot.options(tiny_bot.check())
     cross_cache = decoder.encode(encoder_ids)
     chosen = decoder.rerank(Prepared(encoder_ids, retrieved, tf.constant([[0.5, 0.5, 0.5]]), tf.ones([1])), cross_cache,
                             generated, options)
@@ -83,10 +79,10 @@ def test_a_retrieved_answer_longer_than_max_new_tokens_is_never_chosen(tiny_bot)
 
 def test_candidates_need_a_retrieval_index(tiny_bot):
     bare = Chatbot(tiny_bot.model, tiny_bot.tokenizer, tiny_bot.config, retriever=tiny_bot.retriever)
-    assert bare.decoder.plan(GenerationConfig(candidates=8)).candidates == min(8, len(tiny_bot.retriever))
-    assert bare.decoder.plan(GenerationConfig(candidates=0)).candidates == 0
-    bare.decoder.retriever = None
-    assert bare.decoder.plan(GenerationConfig(candidates=8)).candidates == 0
+    assert bare.plan(GenerationConfig(candidates=8)).candidates == min(8, len(tiny_bot.retriever))
+    assert bare.plan(GenerationConfig(candidates=0)).candidates == 0
+    bare.retriever = None
+    assert bare.plan(GenerationConfig(candidates=8)).candidates == 0
 
 
 def test_reranking_reads_each_reply_up_to_its_width(tiny_bot, monkeypatch):
@@ -94,7 +90,7 @@ def test_reranking_reads_each_reply_up_to_its_width(tiny_bot, monkeypatch):
     the model's whole length, a longer one as its first RERANK_WIDTH tokens."""
     import chatbot.rerank as rerank
 
-    decoder = tiny_bot.decoder
+    decoder = tiny_bot
     encoder_ids = decoder.prepare(["배고파", "비 온다"], None, Plan()).encoder_ids
     cross_cache = decoder.encode(encoder_ids)
     width, length = 6, tiny_bot.model.max_length
@@ -121,17 +117,17 @@ def test_weights_without_likelihood_skip_its_pass_and_choose_as_with_it(tiny_bot
 
     weights = RerankConfig(likelihood=0.0, similarity=1.0, consensus=2.0)
     questions = NEW_QUESTIONS + QUESTIONS[:5]
-    _, options = tiny_bot.options()
-    found = reply_features(tiny_bot.decoder, tf.constant(questions), options, 8)
+    options = tiny_bot.options(tiny_bot.check())
+    found = reply_features(tiny_bot, tf.constant(questions), options, 8)
     assert np.any(found.likelihood.numpy() != 0)
-    expected = tiny_bot.texts_of(rerank.choose(found, weights))  # as users get them
+    expected = tiny_bot.postprocess(questions, rerank.choose(found, weights))  # as users get them
 
     def no_pass(*args):
         raise AssertionError("the likelihood pass ran")
 
     monkeypatch.setattr(rerank, "mean_log_likelihood", no_pass)
     plain = Chatbot(tiny_bot.model, tiny_bot.tokenizer, dataclasses.replace(tiny_bot.config, rerank=weights),
-                    retriever=tiny_bot.retriever, jit_compile="eager")  # one batch: nothing to trace
+                    retriever=tiny_bot.retriever, compilation="eager")  # one batch: nothing to trace
     assert plain.reply_batch(questions, candidates=8) == expected
 
 
@@ -142,10 +138,10 @@ def test_the_likelihood_pass_reads_only_the_shortlist_and_the_choice_stays(tiny_
     import chatbot.rerank as rerank
     from chatbot.config import RerankConfig
 
-    decoder, model = tiny_bot.decoder, tiny_bot.model
+    decoder, model = tiny_bot, tiny_bot.model
     weights = RerankConfig(likelihood=0.5, similarity=1.0, consensus=2.0)
     texts = tf.constant(NEW_QUESTIONS + QUESTIONS[:5])
-    _, options = tiny_bot.options()
+    options = tiny_bot.options(tiny_bot.check())
     every = reply_features(decoder, texts, options, 8)
     assert every.candidates.shape[1] == 9 > 1 + rerank.SHORTLIST
     encoder_ids = decoder.prepare(texts, None, Plan(candidates=8)).encoder_ids
@@ -184,7 +180,7 @@ def test_an_answer_off_the_shortlist_is_never_chosen_whatever_its_likelihood(mon
 
 # -- each decoding setting changes a reply it must change, and only when it is on --------------------------------
 # The tiny model answers with near certainty, so no setting can move its replies: these drive the product's
-# decoding loop (`PlanGraphs.loop`: logit processing, samplers, beam ranking, rescoring) over a `ToyModel`
+# decoding loop (`Chatbot.loop`: logit processing, samplers, beam ranking, rescoring) over a `ToyModel`
 # whose every next-token logit the test writes down.
 
 A, B, C, D, ASKED = range(NUM_SPECIAL, NUM_SPECIAL + 5)
@@ -193,16 +189,19 @@ QUESTION = [START_ID, ASKED, END_ID]  # the encoder input of a question, with no
 
 def toy_replies(model, encoder_ids=(QUESTION,), **settings):
     """The reply ids (padding dropped) `model` decodes for `encoder_ids` with these decoding settings."""
-    from chatbot.decoding import CachedDecoder
-    from chatbot.plan import Options
+    from chatbot.config import ChatbotConfig, ContextConfig, ModelConfig
 
     settings = GenerationConfig(**settings)
-    decoder = CachedDecoder(model, None, jit_compile=False)
+    config = ChatbotConfig(model=ModelConfig(vocab_size=model.vocab_size, max_length=model.max_length),
+                           context=ContextConfig(retrieved=0))
+    bot = Chatbot(model, None, config, compilation="graph")  # the loop alone: no tokenizer, no index
+    plan = bot.plan(settings)
     rows = len(encoder_ids)
     width = max(map(len, encoder_ids))
     encoder_ids = tf.constant([list(row) + [PAD_ID] * (width - len(row)) for row in encoder_ids], tf.int32)
     prepared = Prepared(encoder_ids, tf.zeros([rows, 0, model.max_length], tf.int32), tf.zeros([rows, 0]), tf.ones([rows]))
-    ids = decoder.graphs_for(decoder.plan(settings)).loop(prepared, Options.of(settings, model.max_length, 0))
+    loop = tf.function(lambda prepared, options: bot.loop(prepared, options, plan), autograph=False)  # as compiled
+    ids = loop(prepared, Options.of(settings, model.max_length, 0))
     return [[token for token in row if token != PAD_ID] for row in ids.numpy().tolist()]
 
 

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 
 from chatbot.config import GenerationConfig
-from chatbot.decoding import BATCH_BUCKETS, COMPILED_KEPT
-from chatbot.generate import Chatbot
+from chatbot.engine import BATCH_BUCKETS, COMPILED_KEPT
+from chatbot.engine import Chatbot
 from chatbot.pipeline import bucket
-from chatbot.plan import Plan
+from chatbot.engine import Plan
 from chatbot.tokenizer import END_ID, NUM_SPECIAL
-from conftest import TINY_PAIRS, follow_up_answer, history_of
+from conftest import TINY_PAIRS, follow_up_answer, history_of, stages_run
 
 QUESTIONS = [q for q, _, _ in TINY_PAIRS]
 
@@ -30,16 +30,16 @@ def test_xla_decoding_gives_the_same_tokens_as_the_uncompiled_loop(tiny_bot):
         assert np.array_equal(xla.reply_ids(questions, **options), plain.reply_ids(questions, **options))
     for question in questions[:3]:  # one question alone: another batch bucket and encoder length compiled
         assert np.array_equal(xla.reply_ids([question]), plain.reply_ids([question]))
-    assert xla.decoder.jit_compile and not plain.decoder.jit_compile
+    assert xla.compilation == "xla" and plain.compilation == "graph"
 
 
 def test_batches_are_padded_to_a_few_shapes(tiny_bot):
     assert [int(bucket(n, (1, 4, 16))) for n in (0, 1, 2, 4, 5, 16, 17, 600)] == [1, 1, 4, 4, 16, 16, 17, 600]
     assert [int(bucket(n, BATCH_BUCKETS)) for n in (3, 32, 33, 600)] == [4, 32, 64, 600]
     assert list(BATCH_BUCKETS) == sorted(BATCH_BUCKETS) and BATCH_BUCKETS[0] == 1
-    lengths = tiny_bot.decoder.length_buckets
+    lengths = tiny_bot.length_buckets
     assert lengths[-1] == tiny_bot.model.encoder_length and list(lengths) == sorted(set(lengths))
-    width = tiny_bot.decoder.prepare(["안녕", "아주 " * 40 + "긴 질문"], None, Plan()).encoder_ids.shape[1]
+    width = tiny_bot.prepare(["안녕", "아주 " * 40 + "긴 질문"], None, Plan()).encoder_ids.shape[1]
     assert width in lengths
 
 
@@ -104,14 +104,14 @@ def test_sampling_seeds_do_not_follow_pythons_global_random(tiny_bot):
     import random
 
     random.seed(0)
-    first = int(tiny_bot.options(strategy="sample")[1].seed)
+    first = int(tiny_bot.options(tiny_bot.check(strategy="sample")).seed)
     random.seed(0)
-    assert int(tiny_bot.options(strategy="sample")[1].seed) != first
+    assert int(tiny_bot.options(tiny_bot.check(strategy="sample")).seed) != first
 
 
 def test_a_hot_sample_of_the_real_model_repeats_no_bigram_when_told_not_to(tiny_bot):
     """The real model's invariant; that the setting changes a reply that loops is shown on a model made to loop
-    (test_decoding.py)."""
+    (test_rerank.py)."""
     ids = tiny_bot.reply_ids(["처음 보는 질문이에요"], strategy="sample", temperature=5.0, seed=0,
                              no_repeat_ngram_size=2, max_new_tokens=16, candidates=0)[0].tolist()
     grams = [tuple(ids[i:i + 2]) for i in range(len(ids) - 1) if 0 not in ids[i:i + 2]]
@@ -149,17 +149,17 @@ def test_bad_decoding_options_are_rejected(tiny_bot):
                                  dict(repetition_penalty=float("nan")), dict(length_penalty=float("-inf")),
                                  dict(no_repeat_ngram_size=1), dict(no_repeat_ngram_size=17)])
 def test_bad_options_are_refused_before_decoding_and_the_next_reply_works(tiny_bot, bad):
-    compiled = set(tiny_bot.decoder.graphs)
+    compiled = set(tiny_bot.compiled_plans)
     for call in (lambda: tiny_bot.reply("배고파", **bad), lambda: tiny_bot.reply_batch(["배고파", "잘 자"], **bad),
                  lambda: tiny_bot.reply_batch([], **bad), lambda: list(tiny_bot.stream("배고파", **bad))):
         with pytest.raises(ValueError):
             call()
-    assert set(tiny_bot.decoder.graphs) == compiled  # no function compiled (and kept) for a refused width
+    assert set(tiny_bot.compiled_plans) == compiled  # no function compiled (and kept) for a refused width
     assert tiny_bot.reply("배고파") == "맛있는 거 드세요."
 
 
 def test_no_repeat_ngram_size_up_to_max_length_is_allowed(tiny_bot):
-    assert tiny_bot.decoder.max_length == 16
+    assert tiny_bot.max_length == 16
     assert isinstance(tiny_bot.reply("배고파", no_repeat_ngram_size=16), str)
 
 
@@ -213,7 +213,7 @@ def test_mbr_leaves_greedy_alone_and_is_refused_out_of_bounds(tiny_bot):
 
 
 def test_agreement_leaves_greedy_alone(tiny_bot):
-    """That it moves beam search is shown on a model whose beams it must reorder (test_decoding.py)."""
+    """That it moves beam search is shown on a model whose beams it must reorder (test_rerank.py)."""
     assert tiny_bot.reply_batch(QUESTIONS[:12], agreement=50.0) == tiny_bot.reply_batch(QUESTIONS[:12])
 
 
@@ -222,15 +222,15 @@ SWEEP = f"""
 import gc, json, sys
 from chatbot.startup import import_tensorflow_quietly
 import_tensorflow_quietly(lean=True)  # as the command line loads it: without Keras's optional extras
-import chatbot.decoding
-from chatbot.generate import Chatbot
-chatbot.decoding.COMPILED_KEPT = {SWEEP_KEPT}
+import chatbot.engine
+from chatbot.engine import Chatbot
+chatbot.engine.COMPILED_KEPT = {SWEEP_KEPT}
 
 def resident_mib():
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * 4096 / 2**20
 
-bot = Chatbot.load(sys.argv[1], jit_compile=False)
+bot = Chatbot.load(sys.argv[1], compilation="graph")
 sweep = [dict(no_repeat_ngram_size=n) for n in range(2, 8)]  # alike functions, so each costs about the same
 bot.reply("배고파")
 rss = [resident_mib()]
@@ -238,7 +238,7 @@ for options in sweep:
     bot.reply("배고파", **options)
     gc.collect()  # what is still kept, not what the collector has yet to free: evicted graphs sit in cycles
     rss.append(resident_mib())
-print(json.dumps({{"rss": rss, "kept": [len(bot.decoder.graphs)]}}))
+print(json.dumps({{"rss": rss, "kept": [len(bot.compiled_plans)]}}))
 """
 
 
@@ -277,30 +277,30 @@ def test_a_warmed_server_uses_xla_only_for_settings_it_compiled_through_the_grap
     """Before its warm-up, and for settings it did not warm up, a warmed server replies with a plain graph, so no
     request waits for XLA. The warm-up's replies and a request's run one traced graph around one traced loop:
     XLA's compilations of a shape are shared only then (a loop called on its own compiles apart)."""
-    bot = Chatbot.load(tiny_model_dir, jit_compile="warmed")
+    bot = Chatbot.load(tiny_model_dir, "warmed")
     assert bot.reply("배고파") == tiny_bot.reply("배고파")
-    assert [plan.jit for plan in bot.decoder.graphs] == [False]  # before the warm-up: a plain graph
+    assert [plan.jit for plan in bot.compiled_plans] == [False]  # before the warm-up: a plain graph
+    ran = stages_run(bot)
     bot.warm_up(rows=(1,))  # every encoder length of the one-question batch compiled here
-    (compiled,) = [plan for plan in bot.decoder.graphs if plan.jit]
-    graphs = bot.decoder.graphs_for(compiled)
-    assert graphs.loop.experimental_get_tracing_count() == 1
+    (compiled,) = [plan for plan in bot.compiled_plans if plan.jit]
+    assert ran.count("loop") == 1 and bot.ready(compiled)  # one traced loop for every length
+    ran.clear()
     assert bot.reply("배고파") == tiny_bot.reply("배고파")
-    assert graphs.loop.experimental_get_tracing_count() == 1 and graphs.replies.experimental_get_tracing_count() == 1
+    assert ran == []  # the request ran the graph the warm-up traced
     assert bot.reply("배고파", no_repeat_ngram_size=3) == tiny_bot.reply("배고파", no_repeat_ngram_size=3)
-    assert [plan for plan in bot.decoder.graphs if plan.jit] == [bot.decoder.plan(GenerationConfig())] == [compiled]
+    assert [plan for plan in bot.compiled_plans if plan.jit] == [bot.plan(GenerationConfig())] == [compiled]
 
 
 def test_an_eager_bot_replies_as_the_graph_does_without_tracing_anything(tiny_bot):
     """`chat -q` answers once per process: run op by op, the same loop gives the same tokens, and no
     function was traced for it (tracing the loop costs more than running it once)."""
     eager = Chatbot(tiny_bot.model, tiny_bot.tokenizer, tiny_bot.config, retriever=tiny_bot.retriever,
-                    jit_compile="eager")
+                    compilation="eager")
     questions = QUESTIONS[:2] + ["처음 보는 질문이에요"]
     for options in ({}, {"strategy": "beam"}):  # the beam search other tests here trace
         assert np.array_equal(eager.reply_ids(questions, **options), tiny_bot.reply_ids(questions, **options))
     assert eager.reply("배고파") == tiny_bot.reply("배고파")
-    assert all(not graphs.built for graphs in eager.decoder.graphs.values())
-    assert not any(plan.jit for plan in eager.decoder.graphs)
+    assert not eager.compiled_plans  # nothing built or traced
 
 
 @pytest.mark.parametrize("blank", ["", " ", "\u3000\t", "\u200b"])
@@ -337,7 +337,7 @@ def test_a_message_no_training_question_is_near_gets_the_fallback_everywhere(tin
     retriever = tiny_bot.retriever
     config = dataclasses.replace(tiny_bot.config, retrieval=dataclasses.replace(
         tiny_bot.config.retrieval, threshold=0.999, fallback="잘 모르겠어요. 가게로 전화 주세요."))
-    strict = Chatbot(tiny_bot.model, tiny_bot.tokenizer, config, jit_compile=False,
+    strict = Chatbot(tiny_bot.model, tiny_bot.tokenizer, config, compilation="graph",
                      retriever=Retriever(list(retriever.pairs), config.retrieval, retriever.encoder, tiny_bot.tokenizer))
     assert config.retrieval.meaning and retriever.encoder is not None  # the tiny model reads meaning too
     asked = ["배고파", "양자역학 설명해줘", "죽고 싶어"]
@@ -397,3 +397,28 @@ def test_the_crisis_reply_answers_the_new_message_not_the_conversation(tiny_bot)
     assert tiny_bot.reply("고마워", history=said) != crisis_reply(crisis)
     assert tiny_bot.reply(crisis, history=history_of("d1")) == crisis_reply(crisis)
     assert list(tiny_bot.stream(crisis, history=history_of("d1"))) == [crisis_reply(crisis)]
+
+
+def test_a_request_is_validated_once(tiny_bot, monkeypatch, tmp_path):
+    """One `/chat` request through the app, and one `Chatbot.reply`, check the question and the settings once."""
+    import app
+    import chatbot.engine as engine
+
+    counts = {"questions": 0, "request": 0}
+    check_questions, request = engine.check_questions, engine.Chatbot.request
+
+    def counted_questions(texts):
+        counts["questions"] += 1
+        return check_questions(texts)
+
+    def counted_request(self, *args, **kwargs):
+        counts["request"] += 1
+        return request(self, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "check_questions", counted_questions)
+    monkeypatch.setattr(engine.Chatbot, "request", counted_request)
+    tiny_bot.reply("배고파")
+    assert counts == {"questions": 1, "request": 1}
+    ui = app.ChatApp(tiny_bot, tmp_path, upload_folders=[tmp_path])
+    ui.chat("배고파")
+    assert counts == {"questions": 2, "request": 2}
