@@ -299,7 +299,7 @@ class Chatbot:
                 raise ValueError("histories must be a list with one history per question")
             texts = [with_context(text, check_history(history), self.context.turns)
                      for text, history in zip(texts, histories)]
-        tones = self._tone_ids(tone, len(texts))
+        tones = self.tone_ids(tone, len(texts))
         if settings is None:
             try:
                 settings = GenerationConfig(**decoding)
@@ -316,7 +316,7 @@ class Chatbot:
         """The checked settings for this model and `tone`, with no question yet (the CLI checks its flags so)."""
         return self.request([], tone, settings, **decoding).settings
 
-    def _tone_ids(self, tone, count: int) -> list[int]:
+    def tone_ids(self, tone, count: int) -> list[int]:
         """A tone (None, 0/1/2 or everyday/sad/love) as the int the graph takes, once per question. A model that
         learned no tones ignores it."""
         if tone is None or tone == "":
