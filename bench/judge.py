@@ -22,6 +22,9 @@ follow-ups without it (the same model, history-blind):
 
     python bench/judge.py write --probes bench/followups.csv --model models/default --system context= \
         --blind-system blind= --out judge-followups/
+
+`--after bench/followups.csv` asks each message of `--probes` in the middle of a conversation instead: after the
+first exchange of one of those conversations (the 7i-th), as a user changing the topic would.
 """
 
 import argparse
@@ -42,6 +45,9 @@ def replies_of_systems(args) -> dict[str, list[str]]:
     from chatbot.engine import Chatbot
 
     messages, histories = probes_of(args.probes)
+    if args.after:  # each message in the middle of a conversation: after the first exchange of one of these
+        exchanges = probes_of(args.after)[1]
+        histories = [exchanges[(7 * index) % len(exchanges)] for index in range(len(messages))]
     systems, bot, label = {"messages": messages, "histories": histories}, None, ""
     for kind, value in args.steps:
         if kind == "model":
@@ -50,7 +56,8 @@ def replies_of_systems(args) -> dict[str, list[str]]:
             import dataclasses
 
             name, _, number = value.partition("=")
-            config = dataclasses.replace(bot.config.retrieval, **{name: float(number)})
+            number = number.lower() == "true" if number.lower() in ("true", "false") else float(number)
+            config = dataclasses.replace(bot.config.retrieval, **{name: number})
             bot = Chatbot.load(bot.path, compilation="graph")
             bot.retriever.config, bot.config = config, dataclasses.replace(bot.config, retrieval=config)
             label = f"{Path(bot.path).name}[{value}]"
@@ -148,6 +155,8 @@ def main(argv=None) -> int:
     writing.add_argument("--lookup", action=Step, dest="lookup", nargs=0)
     writing.add_argument("--bigram-lookup", action=Step, dest="bigram_lookup", nargs=0)
     writing.add_argument("--probes", default=str(PROBES))
+    writing.add_argument("--after", metavar="FOLLOWUPS.csv",
+                         help="ask each probe after the first exchange of one of these conversations (the 7i-th)")
     writing.add_argument("--out", required=True)
     writing.add_argument("--seed", type=int, default=0)
     scoring = commands.add_parser("score", help="SSA per system from a marked sheet and its key")

@@ -144,7 +144,9 @@ class RetrievalConfig:
     character bigrams of the training question), `answers` (the same over one document per distinct answer:
     the answer with every question it was given to) and `meaning` (the sentence encoder's embeddings of the
     two texts, `chatbot.sentence`). A message with the conversation before it is scored as one text, weighted
-    `conversation`, and as the new message alone, weighted the rest (a first message: alike). A message whose
+    `conversation`, and as the new message alone, weighted the rest (a first message: alike); with
+    `message_wins` a training question keeps the better of that score and the message's alone, so a change of
+    topic mid-conversation finds the neighbours of its own words. A message whose
     best score is below `threshold` gets `fallback` instead of
     a reply; `train` calibrates the threshold on held-out questions. The default weights are the ones
     bench/retrieval.py chose for everyday chat; a model built on another for its own Q&A uses `FOR_OWN_DATA`;
@@ -155,6 +157,7 @@ class RetrievalConfig:
     meaning: float = 1.0
     threshold: float = 0.0
     conversation: float = 1.0
+    message_wins: bool = True
     fallback: str = _flag(FALLBACK_REPLY, "what the model says when no training question is close enough in "
                                           "meaning (e.g. your phone number)", metavar="TEXT")
     fallback_share: float = _flag(0.05, "share of in-scope questions (held out, or new wordings of a training "
@@ -169,6 +172,8 @@ class RetrievalConfig:
         if isinstance(self.conversation, bool) or not isinstance(self.conversation, numbers.Real) \
                 or not 0.0 <= self.conversation <= 1.0:
             raise ValueError(f"retrieval conversation must be in [0, 1], got {self.conversation!r}")
+        if not isinstance(self.message_wins, bool):
+            raise ValueError(f"retrieval message_wins must be true or false, got {self.message_wins!r}")
         if not self.characters + self.answers + self.meaning:
             raise ValueError("retrieval needs a positive weight for characters, answers or meaning")
         if not isinstance(self.fallback, str) or not self.fallback.strip():

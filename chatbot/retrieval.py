@@ -172,13 +172,15 @@ class Retriever(tf.Module):
         """Messages (batch,) -> each training question's score (batch, pairs): the weighted mean of the
         similarities `RetrievalConfig` weighs, each at most 1. A message with the conversation before it
         (`chatbot.text.TURN`) is scored as one text and as the new message alone, weighed by
-        `RetrievalConfig.conversation`."""
+        `RetrievalConfig.conversation`; with `message_wins`, a training question the message alone is nearer to
+        keeps that score (a change of topic finds its own neighbours)."""
         texts = tf.convert_to_tensor(texts, tf.string)
-        share = self.config.conversation
-        if share == 1.0:
+        share, either = self.config.conversation, self.config.message_wins
+        if share == 1.0 and not either:
             return self._similarity(texts)
         alone = self._similarity(tf.strings.split(texts, TURN).to_tensor("")[:, 0])
-        return alone if share == 0.0 else share * self._similarity(texts) + (1.0 - share) * alone
+        mixed = alone if share == 0.0 else share * self._similarity(texts) + (1.0 - share) * alone
+        return tf.maximum(mixed, alone) if either else mixed
 
     def _similarity(self, texts):
         texts = normalize_tf(texts)

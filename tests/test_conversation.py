@@ -118,17 +118,41 @@ def test_retrieval_scores_a_follow_up_by_its_conversation_or_by_the_message_alon
     pairs = [QAPair(TURN.join(["응", "우산 있어요?", "소나기 온다"]), "다행이에요."), QAPair("응 그래", "좋아요."),
              QAPair("배고파", "뭐 먹을래요?")]
     follow_up = with_context("응", ["소나기 온다", "우산 있어요?"])
-    whole = Retriever(pairs, CHARACTERS_ONLY)
+    whole = Retriever(pairs, dataclasses.replace(CHARACTERS_ONLY, message_wins=False))
     assert whole.nearest([follow_up], 1).numpy()[0, 0].decode() == "다행이에요."
     assert np.allclose(whole.similarity([follow_up]).numpy(), whole.similarity(["응 우산 있어요? 소나기 온다"]).numpy())
-    alone = Retriever(pairs, dataclasses.replace(CHARACTERS_ONLY, conversation=0.0))
+    alone = Retriever(pairs, dataclasses.replace(CHARACTERS_ONLY, conversation=0.0, message_wins=False))
     assert np.allclose(alone.similarity([follow_up]).numpy(), whole.similarity(["응"]).numpy())
-    half = Retriever(pairs, dataclasses.replace(CHARACTERS_ONLY, conversation=0.5))
+    half = Retriever(pairs, dataclasses.replace(CHARACTERS_ONLY, conversation=0.5, message_wins=False))
     expected = (whole.similarity([follow_up]).numpy() + whole.similarity(["응"]).numpy()) / 2
     assert np.allclose(half.similarity([follow_up]).numpy(), expected)
     assert np.allclose(half.similarity(["배고파"]).numpy(), whole.similarity(["배고파"]).numpy())  # a first message
     with pytest.raises(ValueError, match="conversation"):
         dataclasses.replace(CHARACTERS_ONLY, conversation=1.5)
+    with pytest.raises(ValueError, match="message_wins"):
+        dataclasses.replace(CHARACTERS_ONLY, message_wins="yes")
+
+
+def test_a_change_of_topic_mid_conversation_finds_the_neighbours_of_its_own_words():
+    """By default a training question keeps the better of its score against the whole conversation and against
+    the new message alone: a follow-up still finds its conversation, a new topic its own question."""
+    import dataclasses
+
+    from chatbot.config import CHARACTERS_ONLY
+    from chatbot.data import QAPair
+    from chatbot.retrieval import Retriever
+
+    pairs = [QAPair(TURN.join(["응", "우산 있어요?", "소나기 온다"]), "다행이에요."),
+             QAPair(TURN.join(["8시", "몇 시에 나가요?", "소나기 온다 우산 챙겨야지"]), "우산 꼭 챙겨요."),
+             QAPair("주말에 뭐 하지", "산책 어때요?")]
+    retriever = Retriever(pairs, CHARACTERS_ONLY)
+    assert CHARACTERS_ONLY.message_wins
+    change = with_context("주말에 뭐 하지", ["소나기 온다", "우산 있어요?"])
+    follow_up = with_context("응", ["소나기 온다", "우산 있어요?"])
+    assert [a.decode() for a in retriever.nearest([change, follow_up], 1).numpy()[:, 0]] == ["산책 어때요?",
+                                                                                              "다행이에요."]
+    whole = Retriever(pairs, dataclasses.replace(CHARACTERS_ONLY, message_wins=False))
+    assert whole.nearest([change], 1).numpy()[0, 0].decode() != "산책 어때요?"  # the conversation's words won
 
 
 def test_the_saved_models_graph_joins_a_history_as_with_context_does():
