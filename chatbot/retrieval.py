@@ -178,8 +178,10 @@ class Retriever(tf.Module):
         share, either = self.config.conversation, self.config.message_wins
         if share == 1.0 and not either:
             return self._similarity(texts)
-        alone = self._similarity(tf.strings.split(texts, TURN).to_tensor("")[:, 0])
-        mixed = alone if share == 0.0 else share * self._similarity(texts) + (1.0 - share) * alone
+        message = tf.strings.split(texts, TURN).to_tensor("")[:, 0]
+        both = self._similarity(tf.concat([texts, message], axis=0))  # one pass over the index for both
+        whole, alone = both[:tf.shape(texts)[0]], both[tf.shape(texts)[0]:]
+        mixed = alone if share == 0.0 else share * whole + (1.0 - share) * alone
         return tf.maximum(mixed, alone) if either else mixed
 
     def _similarity(self, texts):
