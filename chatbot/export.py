@@ -26,7 +26,7 @@ from chatbot.engine import Chatbot, Compilation
 from chatbot.pipeline import in_window
 from chatbot.safety import ABUSE_PATTERN, ABUSE_REPLY, NOT_COMPACT, SELF_HARM_PATTERN, SELF_HARM_REPLY
 from chatbot.text import CONTEXT_CHARS, TURN
-from chatbot.tokenizer import normalize_tf
+from chatbot.tokenizer import normalize_tf, question_part_tf
 
 
 class ReplyModule(tf.Module):
@@ -55,7 +55,7 @@ class ReplyModule(tf.Module):
     def serve_with_tone(self, questions, tones):
         ids, replies = self._bot.generate(questions, tones, self._options, self._plan)  # the fallback included
         replies = self._bot.postprocess_graph(ids, replies)
-        return {"replies": crisis_replies_graph(tf.strings.split(questions, TURN).to_tensor("")[:, 0], replies)}
+        return {"replies": crisis_replies_graph(question_part_tf(questions), replies)}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions"),
                                   tf.TensorSpec([None, None], tf.string, name="history"),

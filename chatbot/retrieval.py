@@ -22,8 +22,8 @@ import tensorflow as tf
 from chatbot.config import CHARACTERS_ONLY, RetrievalConfig
 from chatbot.data import QAPair
 from chatbot.sentence import SENTENCE_LENGTH, embed
-from chatbot.text import TURN, one_text
-from chatbot.tokenizer import normalize_tf
+from chatbot.text import one_text
+from chatbot.tokenizer import normalize_tf, question_part_tf
 
 # Added to the cosine similarity of rows whose label is the asked tone: among questions about as
 # close, the answer in the asked tone wins; a much closer question of another tone still does.
@@ -178,7 +178,7 @@ class Retriever(tf.Module):
         share, either = self.config.conversation, self.config.message_wins
         if share == 1.0 and not either:
             return self._similarity(texts)
-        message = tf.strings.split(texts, TURN).to_tensor("")[:, 0]
+        message = question_part_tf(texts)
         both = self._similarity(tf.concat([texts, message], axis=0))  # one pass over the index for both
         whole, alone = both[:tf.shape(texts)[0]], both[tf.shape(texts)[0]:]
         mixed = alone if share == 0.0 else share * whole + (1.0 - share) * alone

@@ -21,11 +21,16 @@ import tensorflow_text as tf_text
 from chatbot.special import (END_ID, NUM_SPECIAL, PAD_ID, RESERVED_TOKENS, SEPARATOR_ID, START_ID,  # noqa: F401
                              TONE_IDS, UNK_ID)
 from chatbot.startup import native_notes_quieted
-from chatbot.text import CONTROL_CHARS, WHITESPACE_RUN
+from chatbot.text import CONTROL_CHARS, TURN, WHITESPACE_RUN
 
 SPACE_BEFORE_PUNCTUATION = r" +([.,?!])"
 BYTE_PIECE = re.compile(r"(<0x[0-9A-F]{2}>)")  # SentencePiece's piece for one byte of a character it lacks
 BYTE_FALLBACK_FROM = 1000  # pieces; the 256 byte pieces would crowd out a smaller vocabulary's subwords
+
+
+def question_part_tf(texts: tf.Tensor) -> tf.Tensor:
+    """The graph twin of `chatbot.text.question_part`: each string's new message (batch,)."""
+    return tf.strings.split(texts, TURN).to_tensor("")[:, 0]
 
 
 def normalize_tf(texts: tf.Tensor) -> tf.Tensor:
