@@ -22,6 +22,9 @@ from chatbot.layers import EncoderLayer, PositionalEmbedding, padding_mask, regi
 
 SENTENCE_LENGTH = 32  # subword ids an embedded text keeps (the questions of the bundled data have at most 30)
 SCALE = 20.0  # cosine similarities times this are the loss's logits (Sentence-BERT's default)
+# A fit of at most this many steps runs eagerly: tracing the training step costs about as much as twenty eager
+# steps on a CPU, so a small CSV's encoder (a few steps) trains in a third of the time (bench/sentence_fit.py).
+EAGER_STEPS = 16
 
 
 @register
@@ -142,7 +145,8 @@ def fit_sentence_encoder(token_ids: list[list[int]], groups: list[list[int]], vo
         rng.shuffle(drawn)
         pairs += drawn
     steps = max(1, math.ceil(len(pairs) / batch_size))  # the cosine decay ends with the last batch
-    trainer.compile(optimizer=keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(learning_rate, steps)))
+    trainer.compile(optimizer=keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(learning_rate, steps)),
+                    run_eagerly=steps <= EAGER_STEPS)
     anchors, positives, group = (np.asarray(column) for column in zip(*pairs))
     inputs = {"anchor": ids[anchors], "positive": ids[positives], "group": group.astype(np.int32)}
     trainer.fit(inputs, batch_size=batch_size, epochs=1, shuffle=False, verbose=verbose)

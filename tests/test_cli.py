@@ -222,9 +222,15 @@ def test_train_reads_several_csvs_with_a_report_each_and_a_total(tmp_path, capsy
 
 # -- every hostile input below is one `error:` line and status 2, never a traceback --
 
+# A run whose model is beside the point (folders, logs, refusals): a one-layer network that reads the question
+# alone (no sentence encoder to fit), each pair once: seconds, where train's defaults cost half a minute.
+SMALL_RUN = ("--epochs", "1", "--repeats", "1", "--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--dff", "64",
+             "--vocab-size", "200", "--retrieved", "0", "--select", "last")
+
+
 def train_args(tmp_path, *extra, out=None):
     csv = write_csv(tmp_path / "ok.csv", TINY_PAIRS)
-    return ["train", "--from-scratch", "--data", csv, "--out", out or tmp_path / "m", "--epochs", "1", *extra]
+    return ["train", "--from-scratch", "--data", csv, "--out", out or tmp_path / "m", *SMALL_RUN, *extra]
 
 
 @pytest.mark.parametrize("extra, words", [
@@ -488,7 +494,7 @@ def test_the_log_counts_each_pair_skipped_for_a_long_answer_once_not_once_per_re
     long = "오늘 하루도 정말 고생 많았어요. 따뜻한 물 한 잔 마시고 좋아하는 음악을 들으면서 천천히 쉬어 보세요. 내일은 분명 더 나을 거예요."
     rows = [*TINY_PAIRS, ("진짜 너무 지쳤어", long, 1), ("오늘 하루 길었다", long + " 푹 자요.", 0)]
     status, out, err = main(capsys, "train", "--from-scratch", "--data", write_csv(tmp_path / "long.csv", rows), "--out", tmp_path / "m",
-                            "--epochs", "1", "--repeats", "3", "--max-length", "24")
+                            *SMALL_RUN, "--repeats", "3", "--max-length", "24")
     assert status == 0, err
     assert "2 training pairs skipped: their answer is longer than 24 tokens" in out
 
