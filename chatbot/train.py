@@ -40,6 +40,9 @@ from chatbot.tokenizer import Tokenizer
 
 
 SENTENCE_EPOCHS = 6  # the sentence encoder's; measured in bench/retrieval.py
+# A run of at most this many optimizer steps (every epoch together) fits op by op: tracing the training step costs
+# as much as twelve eager steps of the default network, and fifteen of a small one (bench/small_fits.py).
+EAGER_FIT_STEPS = 8
 BEST_WEIGHTS, STAGED_BEST = "best.weights.h5", "best.staged.weights.h5"  # in the run's state directory
 
 
@@ -243,14 +246,15 @@ def build(data: Data, strategy: tf.distribute.Strategy, base: Base | None, state
     gpu = has_gpu()
     mixed = gpu if config.train.mixed_precision is None else config.train.mixed_precision
     xla = gpu if config.train.xla is None else config.train.xla
+    eager = not xla and _few_steps(data.train_batches, config.train.epochs)
     log(f"device: {'GPU' if gpu else 'CPU'}; mixed precision {'on' if mixed else 'off'}; XLA {'on' if xla else 'off'}; "
-        f"{strategy.num_replicas_in_sync} replica(s)")
+        f"{strategy.num_replicas_in_sync} replica(s)" + ("; so few steps that they run op by op, untraced" if eager else ""))
     with strategy.scope():
         model = FittedTransformer.from_config_dataclass(config.model, dtype="mixed_float16" if mixed else "float32")
         model.compile(optimizer=transformer_optimizer(config.model.d_model, config.train.warmup_steps,
                                                       config.train.peak_learning_rate),
                       loss=MaskedSparseCrossEntropy(config.train.label_smoothing),
-                      metrics=[MaskedAccuracy()], jit_compile=xla)
+                      metrics=[MaskedAccuracy()], jit_compile=xla, run_eagerly=eager)
         _build_weights(model)
         # Built now, not in fit's first trace of the train step: a tf.function that creates variables
         # traces a second time, which cost 4-5 s of every run (batches split evenly across replicas keep
@@ -413,10 +417,17 @@ def _build_weights(model: Transformer) -> None:
     model((ids, ids), training=False)
 
 
+def _few_steps(batches: tf.data.Dataset, epochs: int = 1) -> bool:
+    """Whether `epochs` passes over `batches` are at most `EAGER_FIT_STEPS` steps (False when tf.data cannot
+    count the batches, as with several replicas)."""
+    count = int(batches.cardinality())
+    return count >= 0 and count * epochs <= EAGER_FIT_STEPS
+
+
 def _evaluate(model: Transformer, val_data) -> dict:
     if val_data is None:
         return {}
-    model.compile(loss=MaskedSparseCrossEntropy(), metrics=[MaskedAccuracy()])
+    model.compile(loss=MaskedSparseCrossEntropy(), metrics=[MaskedAccuracy()], run_eagerly=_few_steps(val_data))
     loss, accuracy = model.evaluate(val_data, verbose=0)
     return {"val_loss": float(loss), "val_perplexity": float(math.exp(min(loss, 50.0))),
             "val_masked_accuracy": float(accuracy)}

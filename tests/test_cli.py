@@ -305,8 +305,9 @@ def test_a_conversation_answers_each_line_even_while_its_graph_is_still_being_tr
 
 
 @pytest.mark.parametrize("flags, context", [([], True), (["--no-context"], False)])
-def test_a_conversation_keeps_its_context_until_new_and_no_context_answers_each_line_alone(tiny_model_dir, capsys,
-                                                                                         monkeypatch, flags, context):
+def test_a_conversation_keeps_its_context_until_new_and_no_context_answers_each_line_alone(tiny_model_dir, tiny_bot,
+                                                                                         capsys, monkeypatch, flags,
+                                                                                         context):
     import builtins
     import types
 
@@ -314,7 +315,7 @@ def test_a_conversation_keeps_its_context_until_new_and_no_context_answers_each_
     lines = iter([first, "응", "/new", "응", ""])
     monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(isatty=lambda: True))
     monkeypatch.setattr(builtins, "input", lambda prompt="": next(lines))
-    bot = terminal.load_for_chat(str(tiny_model_dir), {}, "graph")
+    bot = tiny_bot  # the model the command would load, its graphs traced already: what is tested is the REPL
     monkeypatch.setattr(terminal, "load_for_chat", lambda *_, **__: bot)
     status, out, err = main(capsys, "chat", "--model", tiny_model_dir, *flags)
     assert status == 0, err

@@ -29,17 +29,19 @@ def test_reply_metrics_tell_a_collapsed_model_from_a_good_one():
         reply_metrics(["하나"], ["하나", "둘"])
 
 
-def test_eval_prints_metrics_whose_chrf_and_bleu_equal_sacrebleus(tiny_model_dir, tiny_csv, tmp_path, capsys,
-                                                                  monkeypatch):
+def test_eval_prints_metrics_whose_chrf_and_bleu_equal_sacrebleus(tiny_model_dir, tiny_bot, tiny_csv, tmp_path,
+                                                                  capsys, monkeypatch):
     from chatbot.engine import Chatbot
 
-    # The metrics are under test here, not XLA, whose compilations for each batch shape cost seconds on
-    # a CPU: the command loads its model for plain-graph decoding (test_cli.py's piped chat keeps XLA).
-    load = Chatbot.load.__func__
-    monkeypatch.setattr(Chatbot, "load", classmethod(lambda cls, path: load(cls, path, "graph")))
+    # The metrics are under test here, not XLA, whose compilations for each batch shape cost seconds on a CPU:
+    # the command gets the model it names as the session's plain-graph bot, its graphs traced already
+    # (test_cli.py's piped chat keeps XLA).
+    loaded = []
+    monkeypatch.setattr(Chatbot, "load", classmethod(lambda cls, path: loaded.append(path) or tiny_bot))
     replies_path = tmp_path / "replies.csv"
     assert main(["eval", "--model", str(tiny_model_dir), "--data", str(tiny_csv), "--replies", str(replies_path),
                  "--latency-sample", "3"]) == 0
+    assert loaded == [str(tiny_model_dir)]
     result = json.loads(capsys.readouterr().out)
     with open(replies_path, encoding="utf-8") as file:
         rows = list(csv.DictReader(file))

@@ -34,14 +34,16 @@ def test_the_reply_is_the_generated_one_or_a_retrieved_answer(tiny_bot):
         assert reply == own or reply in {a.decode("utf-8") for a in answers}
 
 
-def test_the_default_reply_is_what_the_decoding_loop_wrote(tiny_model_dir, monkeypatch):
+def test_the_default_reply_is_what_the_decoding_loop_wrote(tiny_bot, monkeypatch):
     """No default reply is chosen among retrieved answers after decoding: the rerank stage never runs, and the
-    reply is the model's own greedy decoding (the full-recompute oracle writes the same)."""
+    reply is the model's own greedy decoding (the full-recompute oracle writes the same). The bot runs its stages
+    op by op, so every reply runs them (a traced graph would run the Python of a stage only while tracing)."""
     def refuse(*_, **__):
         raise AssertionError("the default reply was chosen after decoding")
 
     monkeypatch.setattr(Chatbot, "rerank", refuse)
-    bot = Chatbot.load(tiny_model_dir, compilation="graph")
+    bot = Chatbot(tiny_bot.model, tiny_bot.tokenizer, tiny_bot.config, retriever=tiny_bot.retriever,
+                  compilation="eager")
     questions = NEW_QUESTIONS + QUESTIONS[:5]
     replies = bot.reply_batch(questions)
     checked = [0, 3, 5]  # new and training questions; the oracle recomputes everything, so only these
