@@ -1,7 +1,7 @@
 """Shared fixtures: small real Korean data and a tiny model trained once per session.
 
-Markers: `slow` marks browser, notebook, subprocess, XLA-compiling and training-to-quality tests;
-`pytest -m "not slow"` is the quick lane, plain `pytest` runs everything.
+Markers: `slow` marks browser, notebook, subprocess, compile-latency (XLA, start-up and background tracing)
+and training tests; `pytest -m "not slow"` is the quick lane, plain `pytest` runs everything.
 """
 
 import csv
@@ -61,25 +61,34 @@ def follow_up_answer(dialogue: str) -> str:
 
 
 # pytest-xdist (`--dist loadfile`, `--no-loadscope-reorder`) hands whole files to its workers in this order
-# and the rest by name: the longest files first (their seconds on 2 cores in a comment), so that no worker
-# is left running one of them alone at the end. The first two use no session model (the notebook trains its
-# own; the quick lane skips it), so no worker waits idle while another trains the session's tiny model.
+# and the rest by name: the longest files first (their seconds on 2 cores in a comment), so that no worker is
+# left running one of them alone at the end. Each worker is handed two files at the start: the first worker the
+# notebook (it trains its own model) and test_engine.py, which trains the session's tiny model at once; the
+# second test_model.py and then files that need no session model, so it does not wait idle while the tiny
+# model trains (the first of them to need it in the full suite trains it, while the notebook runs).
 LONGEST_FIRST = [
-    "test_notebook.py",  # 47
-    "test_model.py",  # 10
-    "test_engine.py",  # 91
-    "test_train.py",  # 59
+    "test_notebook.py",  # 56
+    "test_model.py",  # 8
+    "test_engine.py",  # 94
+    "test_sentence.py",  # 3
+    "test_pipeline.py",  # 4
+    "test_datasets.py",  # 3
+    "test_cli.py",  # 69
     "test_app.py",  # 54
-    "test_runstate.py",  # 41
-    "test_selection.py",  # 34
-    "test_cli.py",  # 32
-    "test_cluster.py",  # 22
-    "test_properties.py",  # 21
-    "test_bench.py",  # 18
-    "test_browser.py",  # 14
-    "test_export.py",  # 12
-    "test_default_model.py",  # 11
-    "test_rerank.py",  # 11
+    "test_train.py",  # 51
+    "test_runstate.py",  # 36
+    "test_selection.py",  # 31
+    "test_rerank.py",  # 21
+    "test_export.py",  # 20
+    "test_cluster.py",  # 20
+    "test_backends.py",  # 19
+    "test_browser.py",  # 16
+    "test_bench.py",  # 16
+    "test_properties.py",  # 14
+    "test_default_model.py",  # 14
+    "test_serving.py",  # 9
+    "test_workspace.py",  # 9
+    "test_retrieval.py",  # 9
 ]
 
 

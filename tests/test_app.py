@@ -457,6 +457,7 @@ def test_missing_or_broken_model_dir_exits_2_with_one_error_line(tmp_path, capsy
         assert err.startswith("error: ") and err.count("\n") == 1, err
 
 
+@pytest.mark.slow  # starts the app three times, tracing its first replies once
 def test_the_first_replies_are_traced_before_the_page_and_xla_compiled_after_it(monkeypatch, models_root):
     """--no-warm-up: nothing in advance (XLA compiles when asked); --no-xla: plain graphs only."""
     import app as app_module

@@ -282,6 +282,7 @@ def test_an_ngram_size_past_the_models_max_length_is_one_error_line(tiny_model_d
                             "17")[::2], "no_repeat_ngram_size", "max_length")
 
 
+@pytest.mark.slow  # traces a fresh model's reply graph in the background
 def test_a_conversation_traces_its_reply_graph_while_the_first_question_is_typed(tiny_model_dir):
     bot = terminal.load_for_chat(str(tiny_model_dir), {}, "graph")
     bot.trace_in_background().join(timeout=300)
@@ -291,6 +292,7 @@ def test_a_conversation_traces_its_reply_graph_while_the_first_question_is_typed
     assert ran == []  # the reply traced nothing
 
 
+@pytest.mark.slow  # traces a fresh model's reply graph in the background
 def test_a_conversation_answers_each_line_even_while_its_graph_is_still_being_traced(tiny_model_dir, capsys,
                                                                                      monkeypatch):
     import builtins
@@ -502,8 +504,9 @@ def test_the_log_counts_each_pair_skipped_for_a_long_answer_once_not_once_per_re
 
 def test_a_new_csv_builds_on_the_base_model_and_keeps_its_vocabulary_and_encoder(tmp_path, capsys, tiny_model_dir):
     """By default `train` builds on --base: the new model keeps the base's vocabulary, network shape and sentence
-    encoder, indexes only the new pairs and calibrates its own fallback threshold. (What such a model answers is
-    measured on the default model by bench/small_csv.py: the tiny base's 200 pieces cannot spell a new answer.)"""
+    encoder, indexes only the new pairs and calibrates its own fallback threshold, however long it trains (here one
+    pass over the pairs). (What such a model answers is measured on the default model by bench/small_csv.py: the
+    tiny base's 200 pieces cannot spell a new answer.)"""
     import json
 
     from chatbot.engine import Chatbot
@@ -516,7 +519,7 @@ def test_a_new_csv_builds_on_the_base_model_and_keeps_its_vocabulary_and_encoder
         for question, answer in ((pair[0], pair[2]), (pair[1], pair[2]))]
     csv, out = write_csv(tmp_path / "faq.csv", faq), tmp_path / "faq-model"
     status, printed, err = main(capsys, "train", "--base", tiny_model_dir, "--data", csv, "--out", out,
-                                "--fallback", "가게로 전화 주세요.")
+                                "--fallback", "가게로 전화 주세요.", "--epochs", "1", "--repeats", "1")
     assert status == 0, err
     assert f"building on {tiny_model_dir}" in printed
     config, base = (json.loads((folder / "config.json").read_text()) for folder in (out, tiny_model_dir))

@@ -238,12 +238,11 @@ def test_a_request_whose_graph_is_not_traced_never_holds_up_requests_whose_graph
     assert slow_reply == [tiny_bot.reply("배고파", no_repeat_ngram_size=3)]
 
 
-def test_the_decoder_knows_which_settings_are_traced(tiny_model_dir):
+def test_the_decoder_knows_which_settings_are_traced(tiny_bot):
     from chatbot.config import GenerationConfig
-    from chatbot.engine import Chatbot
 
-    bot = Chatbot.load(tiny_model_dir, compilation="graph")
-    new = bot.plan(GenerationConfig(no_repeat_ngram_size=4))
+    bot = tiny_bot
+    new = bot.plan(GenerationConfig(no_repeat_ngram_size=7))  # sizes no other test asks for
     assert not bot.ready(new)
-    bot.reply("안녕", no_repeat_ngram_size=4)
-    assert bot.ready(new) and not bot.ready(bot.plan(GenerationConfig(no_repeat_ngram_size=5)))
+    bot.reply("안녕", no_repeat_ngram_size=7)
+    assert bot.ready(new) and not bot.ready(bot.plan(GenerationConfig(no_repeat_ngram_size=8)))

@@ -113,6 +113,7 @@ def test_a_model_loading_keeps_no_request_for_a_loaded_model_waiting(tiny_bot, t
     assert asked == [("other", "graph", True)] and shelf.get("other") is tiny_bot  # as the first bot compiles
 
 
+@pytest.mark.slow  # traces a fresh model's first replies, as the app's start does
 def test_a_prepared_model_answers_and_streams_without_tracing_again(tiny_model_dir):
     bot = load_chatbot(tiny_model_dir, "warmed", prepare=True)
     assert [plan.jit for plan in bot.compiled_plans] == [False]  # plain graphs, no XLA
