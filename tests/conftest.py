@@ -180,6 +180,24 @@ def tiny_model_dir(tmp_path_factory, tiny_csv, tiny_dialogues_csv) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_saved_model(tmp_path_factory, tiny_model_dir) -> Path:
+    """The tiny model exported as a SavedModel (`chatbot.export`), once per test run and shared by the workers as
+    `tiny_model_dir` is: an export traces every signature, seconds each. Tests read it, or copy it first."""
+    from chatbot.export import export_saved_model
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    out = shared / "tiny_export" / "saved"
+    out.parent.mkdir(exist_ok=True)
+    with open(shared / "tiny_export.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "saved_model.pb").is_file():  # the export is written whole or not at all
+            export_saved_model(tiny_model_dir, out)
+    return out
+
+
+@pytest.fixture(scope="session")
 def tiny_bot(tiny_model_dir):
     """The tiny model's `Chatbot`, decoding as a plain graph: with XLA every new batch and encoder-length
     shape costs seconds of compilation on a CPU, again and again across the suite. The XLA loop gives the

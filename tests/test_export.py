@@ -5,7 +5,6 @@ import sys
 
 import pytest
 
-from chatbot.export import export_saved_model
 from conftest import TINY_PAIRS, follow_up_answer
 
 # Runs in a fresh interpreter that must never import the chatbot package.
@@ -28,11 +27,11 @@ print(json.dumps([[r.decode("utf-8") for r in replies.numpy()] for replies in (p
 
 
 @pytest.mark.slow  # a TensorFlow subprocess
-def test_saved_model_answers_like_chatbot_without_the_package(tiny_bot, tiny_model_dir, tmp_path):
+def test_saved_model_answers_like_chatbot_without_the_package(tiny_bot, tiny_saved_model, tmp_path):
     """Retrieval, the tone token, the conversation before a message (padded with "") and decoding all run inside
     the SavedModel."""
     assert tiny_bot.config.context.retrieved and tiny_bot.has_tone
-    out = export_saved_model(tiny_model_dir, tmp_path / "saved")
+    out = tiny_saved_model  # `export_saved_model` of the tiny model
     questions = ["안녕하세요", *[q for q, _, _ in TINY_PAIRS[1:8]], "처음 보는 질문", "죽고 싶어", "아빠가 때려요"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run([sys.executable, "-c", SERVE, str(out), json.dumps(questions)], cwd=tmp_path, env=env,
