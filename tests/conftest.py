@@ -156,27 +156,36 @@ def tiny_dialogues_csv(tmp_path_factory) -> Path:
                      header=("dialogue", "speaker", "text"))
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory, tiny_csv, tiny_dialogues_csv) -> Path:
-    """A model overfit on TINY_PAIRS and TINY_DIALOGUES (so it reads the conversation before a message, as the
-    default model does), trained once per test run: 450 steps, after which it gives every answer exactly (it
-    also reads the retrieved answer; at 300 steps 7 of 30 replies were off).
-    pytest-xdist's workers share it: the first to get here trains it, the others wait for it."""
-    from chatbot.data import load_pairs
-    from chatbot.train import train
-
+def made_once(tmp_path_factory, folder: str, name: str, made: str, make) -> Path:
+    """`folder/name` in the folder that every pytest-xdist worker's temporary folder sits in, made by `make(path)`
+    (which writes it whole or not at all, `made` its last file) by the first worker to ask; the others wait."""
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         shared = shared.parent  # the folder that holds every worker's own temporary folder
-    out = shared / "tiny_models" / "tiny"  # alone in its folder: tests use that folder as a model shelf
+    out = shared / folder / name
     out.parent.mkdir(exist_ok=True)
-    with open(shared / "tiny_models.lock", "w") as lock:
+    with open(shared / f"{folder}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if not (out / "model.keras").is_file():  # `train` writes the folder whole or not at all
-            pairs = load_pairs(tiny_csv)[0] + load_pairs(tiny_dialogues_csv)[0]
-            # "last": an overfit model's last epoch is its best, so no checkpoint of each better epoch is written
-            train(pairs * REPEATS, tiny_config(epochs=6, select="last"), out, verbose=0, log=lambda *_: None)
+        if not (out / made).is_file():
+            make(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tiny_csv, tiny_dialogues_csv) -> Path:
+    """A model overfit on TINY_PAIRS and TINY_DIALOGUES (so it reads the conversation before a message, as the
+    default model does), trained once per test run: 540 steps, after which it gives every answer exactly (it
+    also reads the retrieved answer; at 300 steps 7 of 30 replies were off). Alone in its folder: tests use
+    that folder as a model shelf. pytest-xdist's workers share it: the first to get here trains it."""
+    from chatbot.data import load_pairs
+    from chatbot.train import train
+
+    def make(out):
+        pairs = load_pairs(tiny_csv)[0] + load_pairs(tiny_dialogues_csv)[0]
+        # "last": an overfit model's last epoch is its best, so no checkpoint of each better epoch is written
+        train(pairs * REPEATS, tiny_config(epochs=6, select="last"), out, verbose=0, log=lambda *_: None)
+
+    return made_once(tmp_path_factory, "tiny_models", "tiny", "model.keras", make)
 
 
 @pytest.fixture(scope="session")
@@ -185,16 +194,8 @@ def tiny_saved_model(tmp_path_factory, tiny_model_dir) -> Path:
     `tiny_model_dir` is: an export traces every signature, seconds each. Tests read it, or copy it first."""
     from chatbot.export import export_saved_model
 
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent
-    out = shared / "tiny_export" / "saved"
-    out.parent.mkdir(exist_ok=True)
-    with open(shared / "tiny_export.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out / "saved_model.pb").is_file():  # the export is written whole or not at all
-            export_saved_model(tiny_model_dir, out)
-    return out
+    return made_once(tmp_path_factory, "tiny_export", "saved", "saved_model.pb",
+                     lambda out: export_saved_model(tiny_model_dir, out))
 
 
 @pytest.fixture(scope="session")
