@@ -23,7 +23,7 @@ from chatbot.layers import EncoderLayer, PositionalEmbedding, padding_mask, regi
 SENTENCE_LENGTH = 32  # subword ids an embedded text keeps (the questions of the bundled data have at most 30)
 SCALE = 20.0  # cosine similarities times this are the loss's logits (Sentence-BERT's default)
 # A fit of at most this many steps runs eagerly: tracing the training step costs about as much as twenty eager
-# steps on a CPU, so a small CSV's encoder (a few steps) trains in a third of the time (bench/sentence_fit.py).
+# steps on a CPU, so a small CSV's encoder (a few steps) trains in a third of the time (bench/small_fits.py).
 EAGER_STEPS = 16
 
 

@@ -248,7 +248,8 @@ def build(data: Data, strategy: tf.distribute.Strategy, base: Base | None, state
     xla = gpu if config.train.xla is None else config.train.xla
     eager = not xla and _few_steps(data.train_batches, config.train.epochs)
     log(f"device: {'GPU' if gpu else 'CPU'}; mixed precision {'on' if mixed else 'off'}; XLA {'on' if xla else 'off'}; "
-        f"{strategy.num_replicas_in_sync} replica(s)" + ("; so few steps that they run op by op, untraced" if eager else ""))
+        f"{strategy.num_replicas_in_sync} replica(s)"
+        + ("; so few steps that they run op by op, untraced" if eager else ""))
     with strategy.scope():
         model = FittedTransformer.from_config_dataclass(config.model, dtype="mixed_float16" if mixed else "float32")
         model.compile(optimizer=transformer_optimizer(config.model.d_model, config.train.warmup_steps,

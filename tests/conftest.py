@@ -62,10 +62,9 @@ def follow_up_answer(dialogue: str) -> str:
 
 # pytest-xdist (`--dist loadfile`, `--no-loadscope-reorder`) hands whole files to its workers in this order
 # and the rest by name: the longest files first (their seconds on 2 cores in a comment), so that no worker is
-# left running one of them alone at the end. Each worker is handed two files at the start: the first worker the
-# notebook (it trains its own model) and test_engine.py, which trains the session's tiny model at once; the
-# second test_model.py and then files that need no session model, so it does not wait idle while the tiny
-# model trains (the first of them to need it in the full suite trains it, while the notebook runs).
+# left running one of them alone at the end. The notebook (it trains its own model), test_model.py and the
+# short files after test_engine.py need no session model: while one worker trains the session's tiny model
+# (test_engine.py's first test asks for it), the other has work instead of waiting for it.
 LONGEST_FIRST = [
     "test_notebook.py",  # 56
     "test_model.py",  # 8

@@ -224,8 +224,8 @@ def test_train_reads_several_csvs_with_a_report_each_and_a_total(tmp_path, capsy
 
 # A run whose model is beside the point (folders, logs, refusals): a one-layer network that reads the question
 # alone (no sentence encoder to fit), each pair once: seconds, where train's defaults cost half a minute.
-SMALL_RUN = ("--epochs", "1", "--repeats", "1", "--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--dff", "64",
-             "--vocab-size", "200", "--retrieved", "0", "--select", "last")
+SMALL_RUN = ("--epochs", "1", "--repeats", "1", "--num-layers", "1", "--d-model", "32", "--num-heads", "2",
+             "--dff", "64", "--vocab-size", "200", "--retrieved", "0", "--select", "last")
 
 
 def train_args(tmp_path, *extra, out=None):
