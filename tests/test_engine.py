@@ -300,6 +300,8 @@ def test_an_eager_bot_replies_as_the_graph_does_without_tracing_anything(tiny_bo
     for options in ({}, {"strategy": "beam"}):  # the beam search other tests here trace
         assert np.array_equal(eager.reply_ids(questions, **options), tiny_bot.reply_ids(questions, **options))
     assert eager.reply("배고파") == tiny_bot.reply("배고파")
+    sampled = dict(strategy="sample", temperature=3.0, seed=7)  # a seed draws the same tokens op by op
+    assert eager.reply("배고파", **sampled) == tiny_bot.reply("배고파", **sampled)
     assert not eager.compiled_plans  # nothing built or traced
 
 
