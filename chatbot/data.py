@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chatbot.config import CONTEXT_TURNS, MAX_QUESTION_CHARS
-from chatbot.text import CONTEXT_CHARS, TURN, normalize, normalize_turns
+from chatbot.text import normalize, normalize_turns, with_context
 
 ENCODINGS = ("utf-8-sig", "cp949")  # utf-8-sig also reads plain UTF-8; cp949 is a superset of euc-kr
 # Bytes of other double-byte code pages often decode as cp949 too: Shift-JIS kana and kanji mostly land
@@ -197,8 +197,8 @@ def read_rows(path: str | Path) -> tuple[list[tuple[int, str, str, object]], str
 def dialogue_rows(path: Path, header: list[str], records) -> list[tuple[int, str, str, None]]:
     """A dialogue file's rows (dialogue id, speaker user or bot, text; a dialogue's messages in order) as
     question/answer rows: every bot message right after a user message answers it, and its question carries the
-    CONTEXT_TURNS messages before that user message, newest first, after `TURN`, each its last CONTEXT_CHARS
-    characters (as `chatbot.text.with_context` writes a conversation), so the model learns to read it. Raises DataError for another speaker."""
+    CONTEXT_TURNS messages before that user message, written as decoding writes a conversation
+    (`chatbot.text.with_context`), so the model learns to read it. Raises DataError for another speaker."""
     columns = [_find_column(path, header, role, required=True) for role in ("dialogue", "speaker", "text")]
     names = {alias: speaker for speaker, aliases in SPEAKERS.items() for alias in aliases}
     rows, messages, current = [], [], None
@@ -210,8 +210,8 @@ def dialogue_rows(path: Path, header: list[str], records) -> list[tuple[int, str
         if dialogue != current:
             messages, current = [], dialogue
         if speaker == "bot" and messages and messages[-1][0] == "user":
-            earlier = [message[-CONTEXT_CHARS:] for _, message in messages[-1 - CONTEXT_TURNS:-1]]
-            rows.append((line, TURN.join([messages[-1][1], *reversed(earlier)]), text, None))
+            question, earlier = messages[-1][1], [message for _, message in messages[:-1]]
+            rows.append((line, with_context(question, earlier, CONTEXT_TURNS), text, None))
         messages.append((speaker, normalize(text)))
     return rows
 
