@@ -11,6 +11,7 @@ import faulthandler
 import dataclasses
 import html
 import inspect
+import logging
 import os
 import sys
 import typing
@@ -23,10 +24,12 @@ from chatbot.artifacts import ArtifactError
 from chatbot.config import CONTEXT_TURNS, Compilation, GenerationConfig, SettingsError
 from chatbot.controls import CONTROLS, DECODING_OPTIONS, DEFAULTS, TONE_CHOICES
 from chatbot.serving import ReplyBatcher
-from chatbot.workspace import (BackgroundTrainer, ModelShelf, attention_choices, load_chatbot, model_summary,
-                               read_training_csv, training_config)
+from chatbot.text import normalize
+from chatbot.workspace import (BackgroundTrainer, ModelShelf, attention_choices, available_memory_mib, load_chatbot,
+                               model_summary, read_training_csv, training_config, training_memory_refusal)
 
 APP_DIR = Path(__file__).resolve().parent
+log = logging.getLogger("chatbot.app")
 MODELS_ROOT = APP_DIR / "models"
 DEFAULT_MODEL = MODELS_ROOT / "default"
 
@@ -50,7 +53,7 @@ LAUNCH_OPTIONS = {"max_file_size": MAX_UPLOAD_BYTES, "show_error": True}
 
 def clip_question(text: str | None, max_chars: int) -> tuple[str, str]:
     """The question as the model will see it, and a notice for the user ("" when nothing was cut)."""
-    question = (text or "").strip()
+    question = normalize(text or "")  # invisible characters alone are no question; a typed TURN is a space
     if len(question) <= max_chars:
         return question, ""
     return question[:max_chars], f"질문이 너무 길어서 앞의 {max_chars}자만 사용했어요."
@@ -102,7 +105,9 @@ def decoding_settings(values: dict) -> GenerationConfig:
 
 
 def refused(reason, what: str = "요청을 처리할 수 없어요") -> gr.Error:
-    """A request the app refuses: the reason is the caller's (toasts render HTML), no traceback in the log."""
+    """A request the app refuses: the reason is the caller's (toasts render HTML); the server log gets one line,
+    never a traceback (a visitor's mistake is not the server's)."""
+    log.warning("refused: %s: %s", what, " ".join(str(reason).split())[:300])
     return gr.Error(f"{what}: {html.escape(str(reason))}", print_exception=False)
 
 
@@ -134,7 +139,7 @@ class ChatApp:
         try:
             return self.shelf.get(name)
         except (ArtifactError, OSError, ValueError) as error:
-            raise gr.Error(f"모델을 불러오지 못했어요: {html.escape(str(error))}") from None  # shown as HTML
+            raise refused(error, "모델을 불러오지 못했어요") from None
 
     def chat(self, message: str, model: str = "", tone: str = "", history: list | None = None, **decoding) -> str:
         """Answer one question with the chosen model and decoding settings; returns the reply as plain text.
@@ -174,6 +179,8 @@ class ChatApp:
                 yield history, "", gr.skip(), gr.skip()
         except SettingsError as error:  # checked before the first token
             raise refused(error, BAD_SETTINGS) from None
+        except ValueError as error:  # the question or conversation itself, refused before any decoding
+            raise refused(error) from None
         conversation = [*earlier, {"role": "user", "content": question}, {"role": "assistant", "content": reply}]
         source = bot.provenance(question, reply, earlier)  # a learner sees what the model copied and what it wrote
         if source["fallback"]:
@@ -210,7 +217,7 @@ class ChatApp:
         if not question and last_exchange:
             question, reply = last_exchange
         if not question:
-            raise gr.Error("질문을 입력하거나, 먼저 대화 탭에서 질문해 주세요.")
+            raise refused("질문을 입력하거나, 먼저 대화 탭에서 질문해 주세요.", "어텐션을 그릴 질문이 없어요")
         result = self.model(model_name).attention(question, reply)
         from chatbot.plots import attention_figure, draw, korean_font  # matplotlib: on the first heatmap
         grid = view == "grid"
@@ -232,7 +239,11 @@ class ChatApp:
         try:
             config = training_config(epochs, size)
         except ValueError as error:
-            raise gr.Error(str(error)) from None
+            raise refused(error) from None
+        too_big = training_memory_refusal(len(pairs), available_memory_mib())
+        if too_big:  # said before the run starts: one that ran out of memory would take the chat down with it
+            yield f"{message}\n\n{too_big}", gr.skip()
+            return
         base = self.shelf.startup_bot.path if size == "built-on" else None  # the model the app opened with
         job = self.trainer.start(pairs, config, Path(path).stem, base)
         if job is None:
@@ -298,11 +309,13 @@ def build_demo(bot, models_root: str | Path = MODELS_ROOT, prepare_models: bool 
             start = gr.Button("학습 시작", variant="primary")
             training_log = gr.Textbox(label="학습 진행", lines=12, interactive=False)
 
-        for trigger in (message.submit, send.click):
-            trigger(ui.respond, [message, chatbot, conversation, picker, tone, *settings],
-                    [chatbot, message, last_exchange, conversation], api_visibility="private", **chat_limits)
+        replies = [trigger(ui.respond, [message, chatbot, conversation, picker, tone, *settings],
+                           [chatbot, message, last_exchange, conversation], api_visibility="private", **chat_limits)
+                   for trigger in (message.submit, send.click)]
+        # A reply still streaming is cancelled first: finishing after the click, it would put back the conversation
+        # the user just left (and the next message would be read with it).
         new.click(ui.new_conversation, None, [chatbot, message, last_exchange, conversation], api_visibility="private",
-                  queue=False)
+                  queue=False, cancels=replies)
         picker.change(ui.select_model, picker, [info, layer, head], api_visibility="private", **chat_limits)
         refresh.click(ui.refresh_models, picker, picker, api_visibility="private")
         demo.load(ui.refresh_models, picker, picker, api_visibility="private")

@@ -45,6 +45,7 @@ HISTORY_FILE = "history.csv"
 METRICS_FILE = "metrics.json"
 REQUIRED_FILES = (CONFIG_FILE, TOKENIZER_FILE, MODEL_FILE)
 EXPORT_MARKER = "chatbot-export.json"  # beside saved_model.pb: this SavedModel was written by `chatbot export`
+MAX_FILE_BYTES = 1 << 30  # a model directory's file larger than this is not read (the default's largest: 20 MB)
 KILL_AT = "CHATBOT_KILL_AT"  # test hook, see kill_point
 READ_THROUGH_FOLDER = os.open in os.supports_dir_fd  # a model directory is read through one folder handle
 
@@ -163,6 +164,21 @@ def check_replaceable(out: str | Path, is_ours, what: str) -> None:
 def is_model_dir(folder: Path) -> bool:
     """Whether `folder` looks like a model directory (`check_replaceable`'s test for `train --overwrite`)."""
     return (folder / CONFIG_FILE).is_file()
+
+
+MODEL_DIR_NAMES = frozenset({CONFIG_FILE, TOKENIZER_FILE, MODEL_FILE, INDEX_FILE, SENTENCE_FILE, EMBEDDINGS_FILE,
+                             HISTORY_FILE, METRICS_FILE, "logs"})  # all that `train` writes in a model directory
+
+
+def is_own_model_dir(folder: Path) -> bool:
+    """Whether `folder` holds a model directory and nothing else: `config.json`, and only names that `train`
+    writes there (`check_replaceable`'s test for `train --overwrite`). A folder with a `config.json` beside the
+    user's own files (a project with `main.py`) is not one, and `--overwrite` leaves it alone."""
+    try:
+        names = {entry.name for entry in folder.iterdir()}
+    except OSError:
+        return False
+    return CONFIG_FILE in names and names <= MODEL_DIR_NAMES
 
 
 def is_export(folder: Path) -> bool:
@@ -307,9 +323,7 @@ def _read_files(path: str | Path, with_model: bool = True, tries: int = 3) -> di
                         if stat.S_ISREG(os.stat(name if folder is not None else path / name, dir_fd=folder).st_mode):
                             files[name] = b""
                         continue
-                    with open(name if folder is not None else path / name, "rb",
-                              opener=lambda file, flags: os.open(file, flags, dir_fd=folder)) as handle:
-                        files[name] = handle.read()
+                    files[name] = _read_regular(path, name, folder)
                 except (FileNotFoundError, IsADirectoryError):
                     pass
             if folder is None or _same_folder(folder, path):
@@ -318,6 +332,41 @@ def _read_files(path: str | Path, with_model: bool = True, tries: int = 3) -> di
             if folder is not None:
                 os.close(folder)
     raise ArtifactError(f"{path}: the model directory kept changing while it was read; try again")
+
+
+def _check_classes(path: Path, model, encoder) -> None:
+    """Each Keras file holds the class it should: a swapped `model.keras` and `sentence.keras` both load, and
+    would fail only at the first reply."""
+    from chatbot.model import Transformer
+    from chatbot.sentence import SentenceEncoder
+
+    for name, loaded, expected in ((MODEL_FILE, model, Transformer), (SENTENCE_FILE, encoder, SentenceEncoder)):
+        if loaded is not None and not isinstance(loaded, expected):
+            raise ArtifactError(f"{path}: {name} holds a {type(loaded).__name__}, not a {expected.__name__}; "
+                                f"restore it from a copy or retrain")
+
+
+def _read_regular(path: Path, name: str, folder: int | None) -> bytes:
+    """The bytes of the model directory's file `name`, which must be a regular file of at most MAX_FILE_BYTES: a
+    FIFO would block the read forever and a link to a device (/dev/zero) would never end, so neither is opened
+    for reading. Opened without blocking, then checked on the open handle, so a swap after a check changes
+    nothing."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    handle = os.open(name if folder is not None else path / name, flags, dir_fd=folder)
+    try:
+        info = os.fstat(handle)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(name)
+        if not stat.S_ISREG(info.st_mode):
+            raise ArtifactError(f"{path}: {name} is not a regular file (a device, a pipe or a socket); restore it "
+                                f"from a copy or retrain")
+        if info.st_size > MAX_FILE_BYTES:
+            raise ArtifactError(f"{path}: {name} is {info.st_size / 2**30:.1f} GiB, more than a model directory's "
+                                f"file may be ({MAX_FILE_BYTES / 2**30:.0f} GiB); restore it from a copy or retrain")
+        with os.fdopen(handle, "rb", closefd=False) as file:
+            return file.read(MAX_FILE_BYTES + 1)
+    finally:
+        os.close(handle)
 
 
 def _same_folder(folder: int, path: Path) -> bool:
@@ -337,7 +386,8 @@ def _checked_config(path: str | Path, files: dict[str, bytes]) -> ChatbotConfig:
         raise ArtifactError(f"{path}: not a complete model directory (missing {', '.join(missing)})")
     try:
         config = ChatbotConfig.from_json(files[CONFIG_FILE].decode("utf-8"))
-    except (ValueError, TypeError, AttributeError, KeyError) as error:  # bad JSON, wrong types, not an object
+    except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as error:  # bad JSON, wrong types,
+        # not an object, or nested deeper than Python's parser goes
         detail = " ".join(str(error).split())[:200]
         raise ArtifactError(f"{path}: {CONFIG_FILE} is not a readable model config ({type(error).__name__}: "
                             f"{detail})") from None
@@ -389,6 +439,14 @@ def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, "Tokenizer", "keras
     except Exception as error:
         detail = " ".join(str(error).split())[:300]
         raise ArtifactError(f"{path}: cannot load the model ({type(error).__name__}: {detail})") from error
+    _check_classes(path, model, encoder)
+    built = {name: getattr(model, name) for name in ("max_length", "encoder_length", "num_layers", "d_model")}
+    written = {name: getattr(config.model, name) for name in built}
+    written["encoder_length"] = config.model.encoder_length or config.model.max_length  # 0 reads as max_length
+    if built != written:  # config.json's lengths bound every request: a larger one would index past the model's
+        changed = ", ".join(f"{name} {written[name]} (the model's: {built[name]})" for name in built
+                            if built[name] != written[name])
+        raise ArtifactError(f"{path}: {CONFIG_FILE} does not describe {MODEL_FILE}: {changed}; restore it or retrain")
     if not tokenizer.vocab_size == model.vocab_size == config.model.vocab_size:  # else every reply fails
         raise ArtifactError(f"{path}: {TOKENIZER_FILE} has {tokenizer.vocab_size} pieces but the model's embedding "
                             f"{model.vocab_size} (config.json: {config.model.vocab_size}); they are from different runs")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from chatbot import terminal
 from chatbot.artifacts import (ArtifactError, check_model_dir, check_replaceable, check_writable, is_export,
-                               is_model_dir)
+                               is_model_dir, is_own_model_dir)
 from chatbot.config import (TONES, ChatbotConfig, ContextConfig, DataConfig, GenerationConfig, ModelConfig,
                             RetrievalConfig, TokenizerConfig, TrainConfig, __version__)
 from chatbot.data import DataError
@@ -213,7 +213,7 @@ def run_train(args) -> None:
     if out == final and out.exists() and not args.overwrite and not args.resume:  # a resume may find it saved
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
     if out == final:
-        check_replaceable(out, is_model_dir, "a model directory")
+        check_replaceable(out, is_own_model_dir, "a model directory (only what `train` writes)")
     check_writable(out)
     from chatbot.datasets import is_tfds, load_sources
 
@@ -236,11 +236,15 @@ def run_train(args) -> None:
         base = None if args.from_scratch else load_base(args.base)
     except ArtifactError as error:
         raise UserError(f"--base: {error}") from None
-    try:
-        train(pairs, config, out, base=base, resume=args.resume, overwrite=args.overwrite or out != final,
-              strategy=strategy)
-    except VocabularyError as error:
-        raise UserError(f"--vocab-size {args.vocab_size}: {error}") from None
+    from chatbot.runstate import InterruptWatch
+
+    with InterruptWatch() as watch:  # Ctrl-C stops the run even when its KeyboardInterrupt is swallowed
+        try:
+            train(pairs, config, out, base=base, resume=args.resume, overwrite=args.overwrite or out != final,
+                  strategy=strategy, callbacks=[watch])
+        except VocabularyError as error:
+            raise UserError(f"--vocab-size {args.vocab_size}: {error}") from None
+        watch.check()
     if out != final:
         import shutil
 

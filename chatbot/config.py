@@ -11,6 +11,7 @@ import enum
 import json
 import math
 import numbers
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,6 +137,9 @@ class RerankConfig:
 FALLBACK_REPLY = "잘 모르는 내용이에요. 다른 말로 다시 물어봐 주시겠어요?"
 
 
+MAX_FALLBACK_CHARS = 200  # the fallback reply is a reply: a decoded one is at most max_length tokens, about as long
+
+
 @dataclass(frozen=True)
 class RetrievalConfig:
     """How the retrieval index scores each training question for a message, and when nothing fits.
@@ -176,8 +180,12 @@ class RetrievalConfig:
             raise ValueError(f"retrieval message_wins must be true or false, got {self.message_wins!r}")
         if not self.characters + self.answers + self.meaning:
             raise ValueError("retrieval needs a positive weight for characters, answers or meaning")
-        if not isinstance(self.fallback, str) or not self.fallback.strip():
-            raise ValueError("the fallback reply must be a non-empty text")
+        if not isinstance(self.fallback, str) or not any(unicodedata.category(c)[0] not in "CZ" for c in self.fallback):
+            raise ValueError("the fallback reply must hold a visible character (not only spaces, control or "
+                             "zero-width characters)")
+        if len(self.fallback) > MAX_FALLBACK_CHARS:
+            raise ValueError(f"the fallback reply is too long ({len(self.fallback):,} characters; a reply has at most "
+                             f"{MAX_FALLBACK_CHARS})")
         if isinstance(self.fallback_share, bool) or not isinstance(self.fallback_share, numbers.Real) \
                 or not 0.0 <= self.fallback_share < 1.0:
             raise ValueError(f"fallback_share must be in [0, 1), got {self.fallback_share!r}")

@@ -110,17 +110,26 @@ def evaluate(bot, pairs, *, batch_size: int = 64, latency_sample: int = 50, repl
     return result
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet reads a cell that starts so as a formula
+
+
+def spreadsheet_safe(cell: str) -> str:
+    """`cell` as OWASP's CSV-injection guidance writes it: one that a spreadsheet would run as a formula
+    (`=cmd|' /C calc'!A0`, learned from training data) gets a leading apostrophe, so it shows as text."""
+    return "'" + cell if cell.startswith(FORMULA_STARTS) else cell
+
+
 def write_replies(path: str | Path, questions, references, replies) -> None:
-    """A `Q,A,reply` CSV, written atomically."""
+    """A `Q,A,reply` CSV, written atomically, every field quoted and no cell a spreadsheet formula."""
     import csv
     import io
 
     from chatbot.artifacts import atomic_write_bytes
 
     buffer = io.StringIO()
-    writer = csv.writer(buffer)
+    writer = csv.writer(buffer, quoting=csv.QUOTE_ALL)
     writer.writerow(("Q", "A", "reply"))
-    writer.writerows(zip(questions, references, replies))
+    writer.writerows([tuple(map(spreadsheet_safe, row)) for row in zip(questions, references, replies)])
     atomic_write_bytes(path, buffer.getvalue().encode("utf-8"))
 
 

@@ -36,6 +36,14 @@ CODE_BITS, CODE_MASK = 21, (1 << 21) - 1  # an n-gram as one int64: two Unicode 
 # A character found in more questions than this share (and this count) is not indexed: such characters
 # (이, 요, 나, a space) say little about a question, and their postings would make up most of each lookup's work.
 COMMON_CHAR_SHARE, COMMON_CHAR_COUNT = 0.05, 100
+# Nor is a bigram found in more than this share of the questions (and this count). A lookup expands the postings
+# of the message's n-grams, so an n-gram in every question (a template's "question ", "문의 ") made each lookup's
+# work, and training's leave-one-out memory, grow with the square of the rows. The bundled data's commonest
+# bigram ("이 ") is in 15% of its questions; an FAQ of a few hundred questions is never pruned.
+COMMON_BIGRAM_SHARE, COMMON_BIGRAM_COUNT = 0.2, 1000
+# Leave-one-out lookups and calibration score this many (message, row) cells at a time at most: a batch of
+# 256 messages against 100,000 rows would hold 100 MB per score matrix, and a lookup holds several.
+SCORE_CELLS = 1 << 21
 
 
 def char_bigrams(text: str) -> list[str]:
@@ -51,7 +59,8 @@ def char_grams(text: str) -> list[str]:
 
 def tf_idf_postings(questions: list[str]):
     """The index of `questions` over `char_grams`, less the characters found in more than COMMON_CHAR_SHARE of
-    them and more than COMMON_CHAR_COUNT: the n-gram vocabulary, characters then bigrams, each in code point
+    them and more than COMMON_CHAR_COUNT, and the bigrams found in more than COMMON_BIGRAM_SHARE and
+    COMMON_BIGRAM_COUNT: the n-gram vocabulary, characters then bigrams, each in code point
     order ([""] when there is none), each n-gram's smooth idf (float32), and its postings, an inverted index:
     n-gram i's rows (int64, ascending) and l2-normalised TF-IDF weights (float32) are at
     [starts[i], starts[i + 1]); rows are the questions' positions. Built with array operations, since every
@@ -68,7 +77,9 @@ def tf_idf_postings(questions: list[str]):
     entries, counts = np.unique(owner * width + columns, return_counts=True)  # (question, n-gram), each once
     rows, columns = entries // width, entries % width
     found_in = np.bincount(columns, minlength=len(vocabulary))
-    common = (vocabulary >> CODE_BITS == 0) & (found_in > max(COMMON_CHAR_SHARE * len(questions), COMMON_CHAR_COUNT))
+    unigram = vocabulary >> CODE_BITS == 0
+    common = np.where(unigram, found_in > max(COMMON_CHAR_SHARE * len(questions), COMMON_CHAR_COUNT),
+                      found_in > max(COMMON_BIGRAM_SHARE * len(questions), COMMON_BIGRAM_COUNT))
     kept = ~common[columns]
     rows, columns, counts = rows[kept], (np.cumsum(~common) - 1)[columns[kept]], counts[kept]
     vocabulary, found_in = vocabulary[~common], found_in[~common]
@@ -247,10 +258,17 @@ class Retriever(tf.Module):
             scores = self.without_own_rows(texts, scores)
         return tf.math.top_k(scores, k=min(k, len(self.pairs))).indices, similarity
 
+    def batch_size(self, most: int = 256) -> int:
+        """How many messages a bulk lookup scores at once: at most `most`, and at most SCORE_CELLS cells of
+        (message, row), so its memory does not grow with the rows times the batch."""
+        return max(1, min(most, SCORE_CELLS // len(self.pairs)))
+
     def leave_one_out(self, pairs: list[QAPair], k: int, tones, batch_size: int = 256) -> list[list[QAPair]]:
-        """`neighbours` for many training questions, in batches, none with the question's own text:
-        (len(pairs), k') pairs, nearest first. Each distinct question and tone is looked up once (the
-        schedule repeats a small set's pairs many times an epoch), by one traced function."""
+        """`neighbours` for many training questions, in batches of at most `batch_size` (`Retriever.batch_size`),
+        none with the question's own text: (len(pairs), k') pairs, nearest first. Each distinct question and tone
+        is looked up once (the schedule repeats a small set's pairs many times an epoch), by one traced
+        function."""
+        batch_size = self.batch_size(batch_size)
         keys = list(zip((p.question for p in pairs), map(int, tones)))
         asked = list(dict.fromkeys(keys))
         lookup = tf.function(lambda t, s: self.top_rows(t, k, s, leave_one_out=True)[0], autograph=False,
@@ -331,6 +349,7 @@ def calibrated_threshold(retriever: Retriever, train_pairs: list[QAPair], val_pa
         leave_out = True
     if len(questions) < MIN_CALIBRATION or not share:
         return 0.0
+    batch_size = retriever.batch_size(batch_size)
     best = []
     for first in range(0, len(questions), batch_size):
         texts = tf.constant(questions[first:first + batch_size])

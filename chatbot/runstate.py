@@ -15,6 +15,8 @@ import dataclasses
 import json
 import os
 import re
+import signal
+import threading
 from pathlib import Path
 
 import keras
@@ -65,10 +67,12 @@ def _settings(config: ChatbotConfig) -> dict:
     return settings
 
 
-def prepare_state(state: Path, config: ChatbotConfig, resume: bool, log=print) -> Tokenizer | None:
+def prepare_state(state: Path, config: ChatbotConfig, resume: bool, log=print, overwrite: bool = False) -> Tokenizer | None:
     """Check that a resumed run directory was started with the same settings and return its saved
-    tokenizer; for a new run, make way for it (a run's leftovers with nothing to resume are removed,
-    an unfinished run refused) and return None: learn a tokenizer, then `start_state`."""
+    tokenizer; for a new run, make way for it and return None: learn a tokenizer, then `start_state`. An
+    unfinished run is refused. A folder of that name without a run's settings and vocabulary is not a run's
+    (`start_state` and `discard_dir` never leave one so): it is refused too, and removed only with
+    `overwrite`, since it may hold the user's own files."""
     settings = _settings(config)
     missing = [name for name in (STATE_CONFIG, TOKENIZER_FILE) if not (state / name).is_file()]
     if resume:
@@ -85,8 +89,11 @@ def prepare_state(state: Path, config: ChatbotConfig, resume: bool, log=print) -
             raise ArtifactError(f"--resume with different settings than the interrupted run: {', '.join(changed)}")
         (state / CRASH_NOTE).unlink(missing_ok=True)
         return Tokenizer.load(state / TOKENIZER_FILE)
-    if state.exists() and missing:  # nothing in it could be resumed
-        log(f"removing {state}: a run's leftovers with nothing to resume (no {' or '.join(missing)})")
+    if state.exists() and missing and not overwrite:
+        raise ArtifactError(f"{state} is in the way and holds no training run (no {' or '.join(missing)}): move "
+                            f"what you keep there, or pass --overwrite to delete it")
+    if state.exists() and missing:
+        log(f"removing {state}: --overwrite, and it holds no training run (no {' or '.join(missing)})")
         discard_dir(state)
     elif state.exists():
         raise ArtifactError(describe_unfinished(state))
@@ -214,3 +221,43 @@ class PromoteFile(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if self.staged.is_file():
             os.replace(self.staged, self.target)
+
+
+class InterruptWatch(keras.callbacks.Callback):
+    """Ctrl-C that always stops training. Python raises KeyboardInterrupt wherever the main thread is, and where
+    that is a garbage-collection hook (JAX installs one), the exception is printed and swallowed: training went
+    on and the run saved a model with exit 0. While this is entered, SIGINT also marks the run interrupted, and
+    every training step, epoch and stage boundary it watches raises KeyboardInterrupt again once it is marked."""
+
+    def __init__(self):
+        super().__init__()
+        self.interrupted = False
+        self._previous = None
+
+    def __enter__(self) -> "InterruptWatch":
+        if threading.current_thread() is threading.main_thread():  # signal handlers belong to the main thread
+            self._previous = signal.signal(signal.SIGINT, self._on_interrupt)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def _on_interrupt(self, signum, frame):
+        self.interrupted = True
+        raise KeyboardInterrupt
+
+    def check(self) -> None:
+        """Raise KeyboardInterrupt if Ctrl-C was pressed, even if its first KeyboardInterrupt was swallowed."""
+        if self.interrupted:
+            raise KeyboardInterrupt
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.check()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.check()
+
+    def on_test_batch_end(self, batch, logs=None):
+        self.check()

@@ -66,8 +66,9 @@ def normalize_turns(text: str) -> str:
 def check_history(history) -> list[str]:
     """The messages of a conversation before the new one, oldest first, as a list of `{"role": "user" |
     "assistant", "content": str}` dicts (Gradio's chat format; None or [] for none); returns their texts.
-    ValueError for anything else: not a list, a role other than those two, a content that is not text, blank
-    or over MAX_QUESTION_CHARS characters, or more than MAX_HISTORY_MESSAGES messages."""
+    ValueError for anything else: not a list, a role other than those two, a content that is not text, a user's
+    message blank or over MAX_QUESTION_CHARS characters, or more than MAX_HISTORY_MESSAGES messages. A bot's
+    reply is taken as it was given (`with_context` reads only its last CONTEXT_CHARS characters)."""
     if history is None:
         return []
     if isinstance(history, (str, bytes, dict)) or not isinstance(history, (list, tuple)):
@@ -84,6 +85,9 @@ def check_history(history) -> list[str]:
         content = message.get("content")
         if not isinstance(content, str):
             raise ValueError(f"history message {number}'s content must be text, got {type(content).__name__}")
+        if message["role"] == "assistant":  # the bot's replies as they were given, whatever their length
+            texts.append(content.encode("utf-8", "replace").decode("utf-8"))
+            continue
         try:
             texts.extend(check_questions([content]))
         except ValueError as error:

@@ -161,7 +161,7 @@ def start_run(pairs: list[QAPair], config: ChatbotConfig, out_dir: Path, *, base
     config = built_on(config, base) if base is not None else context_for(config, pairs)
     train_pairs, val_pairs = split_by_question(pairs, config.data.val_fraction, config.data.seed)
     state = state_dir_for(out_dir)
-    tokenizer = prepare_state(state, config, resume, log)  # a resumed run goes on with its own vocabulary
+    tokenizer = prepare_state(state, config, resume, log, overwrite)  # a resumed run goes on with its own vocabulary
     if tokenizer is None:
         # The vocabulary is learned from every pair: the saved retrieval index holds the validation pairs too,
         # and a character the tokenizer never saw would vanish from a copied answer (a base's vocabulary keeps

@@ -149,6 +149,35 @@ def training_config(epochs: int | None = None, size: str = BUILT_ON) -> ChatbotC
                          train=TrainConfig(epochs=int(epochs) if epochs else None))
 
 
+# The peak memory of a training run by its rows: a straight line through two full `train` runs built on the
+# default model (one epoch of 10,000 and 20,000 rows: 2,457 and 3,117 MiB). A run goes in the app's own process,
+# so a run that ran out of memory would take the chat down with it.
+TRAINING_MIB, TRAINING_MIB_PER_1000_ROWS = 1850, 70
+MEMORY_HEADROOM = 0.5  # of the memory available now, what a run may take: the line is an extrapolation past 20,000
+
+
+def available_memory_mib() -> float | None:
+    """The memory the system can give now (Linux's MemAvailable), in MiB; None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as file:
+            for line in file:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def training_memory_refusal(rows: int, available: float | None) -> str | None:
+    """Why a run of `rows` pairs cannot train in `available` MiB of memory (the line the retrain tab shows), or None
+    when it fits or the memory is unknown."""
+    needed = TRAINING_MIB + TRAINING_MIB_PER_1000_ROWS * rows / 1000
+    if available is None or needed <= MEMORY_HEADROOM * available:
+        return None
+    return (f"error: {rows:,}개 질문·답변을 학습하려면 메모리가 약 {needed / 1024:.1f} GB 필요한데, 지금 쓸 수 있는 메모리는 "
+            f"{available / 1024:.1f} GB예요. 행을 줄이거나 명령줄에서 학습해 주세요 (python -m chatbot train).")
+
+
 def unique_model_dir(root: Path, stem: str) -> Path:
     """root/<stem>-YYYYmmdd-HHMMSS, with a -2, -3... suffix if that is taken."""
     stem = re.sub(r"[^\w-]+", "-", stem).strip("-_")[:40] or "model"

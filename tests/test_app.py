@@ -326,6 +326,26 @@ def test_the_retrain_tab_reads_only_files_uploaded_to_it(bot, models_root, url, 
     assert model_dirs(models_root) == before
 
 
+def test_the_retrain_tab_refuses_a_csv_it_cannot_train_in_the_memory_there_is(bot, models_root, tmp_path,
+                                                                                monkeypatch):
+    """A 134,795-row upload (under the 5 MB limit) on a machine with 4 GB free: one clear line before the run
+    starts, no model folder, and the chat answers on. A run in the app's own process that ran out of memory
+    would take every chat user down with it."""
+    import app as app_module
+
+    big = tmp_path / "big_faq.csv"
+    big.write_text("Q,A\n" + "".join(f"question {i} 질문,answer {i}\n" for i in range(134_795)), encoding="utf-8")
+    assert big.stat().st_size < app.MAX_UPLOAD_BYTES
+    monkeypatch.setattr(app_module, "available_memory_mib", lambda: 4096.0)
+    before = model_dirs(models_root)
+    ui = app.ChatApp(bot, models_root, upload_folders=(tmp_path,))
+    updates = list(ui.train(str(big), 1, "built-on"))
+    log = updates[-1][0]
+    assert len(updates) == 1 and "error: 134,795개 질문·답변을 학습하려면 메모리가 약" in log, log
+    assert model_dirs(models_root) == before and not ui.trainer._lock.locked()
+    assert HANGUL.search(ui.chat("배고파"))
+
+
 @pytest.mark.slow  # trains a model
 def test_training_adds_a_model_that_is_listed_and_answers(client, models_root, tiny_csv):
     """The tab's default builds on the model the app opened with, as the command line's `train` does."""
@@ -502,3 +522,25 @@ def test_the_server_parses_http_and_runs_its_event_loop_in_c():
     config.load()
     assert config.http_protocol_class.__name__ == "HttpToolsProtocol"
     assert config.get_loop_factory().__module__.startswith("uvloop")
+
+
+def test_a_visitors_mistakes_leave_one_log_line_each_and_no_traceback(url, bot, models_root, capfd, caplog):
+    """An unknown model name or a message of invisible characters is the visitor's mistake: the server log gets one
+    line for it, never a traceback, through /chat and through the web chat alike."""
+    import logging
+
+    client = Client(url, verbose=False)
+    capfd.readouterr()
+    with caplog.at_level(logging.WARNING, logger="chatbot.app"):
+        for name in ("없는모델", "../tiny"):
+            with pytest.raises(Exception, match="모델을 불러오지 못했어요"):
+                client.predict("안녕하세요", model=name, api_name="/chat")
+        assert client.predict("\u200b", api_name="/chat") == app.EMPTY_REPLY  # nothing to answer
+        ui = app.ChatApp(bot, models_root)
+        shown = list(ui.respond("\u200b\u200b", [], [], "tiny", "", *settings()))
+        assert shown[-1][0][-1]["content"] == app.EMPTY_REPLY
+        with pytest.raises(app.gr.Error):
+            list(ui.respond("안녕", [], [], "없는모델", "", *settings()))
+    printed = capfd.readouterr()
+    assert "Traceback" not in printed.err + printed.out
+    assert sum("refused: 모델을 불러오지 못했어요" in record.getMessage() for record in caplog.records) == 3

@@ -116,3 +116,41 @@ def test_latex_in_a_message_is_shown_as_text(page):
     expect(page.locator('#chat [data-testid="bot"]')).to_have_count(1)
     expect(page.locator('#chat [data-testid="user"]').last).to_have_text(latex)
     assert page.locator("#chat .katex, #chat .katex-display").count() == 0  # LaTeX shown as text, never typeset
+
+
+def test_a_new_conversation_clicked_while_a_reply_streams_is_not_undone(tmp_path_factory, tiny_model_dir):
+    """"새 대화" clicked a moment after a question: the reply still streaming must not come back when it would have
+    finished, nor its exchange be read with the next message. The bot is slowed to a token every 0.3 s, so the
+    click always lands mid-reply."""
+    import time
+
+    from playwright.sync_api import expect, sync_playwright
+
+    require_browser()
+    root = tmp_path_factory.mktemp("browser-slow")
+    shutil.copytree(tiny_model_dir, root / "tiny")
+    bot = load_chatbot(root / "tiny")
+    stream = bot.stream
+    steps = len(list(stream("배고파")))
+
+    def slow_stream(*args, **kwargs):
+        for partial in stream(*args, **kwargs):
+            time.sleep(0.3)
+            yield partial
+
+    bot.stream = slow_stream
+    demo, url = launch_app(bot, root)
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 900}, locale="ko-KR")
+            page.set_default_timeout(WAIT_MS)
+            page.goto(url)
+            ask(page, "배고파")
+            expect(page.locator('#chat [data-testid="bot"]')).to_have_count(1, timeout=WAIT_MS)  # streaming
+            page.locator("#new-conversation").click()
+            time.sleep(0.3 * steps + 2)  # past the slowed reply's end
+            assert page.locator('#chat [data-testid="user"], #chat [data-testid="bot"]').count() == 0
+            browser.close()
+    finally:
+        demo.close()

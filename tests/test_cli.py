@@ -3,6 +3,7 @@ Most checks call `cli.main` in this process; one runs the real `python -m chatbo
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 
@@ -145,6 +146,15 @@ HOSTILE_MODELS = {  # model directories that must give one error line, never a t
     "retrieval index missing": lambda m: (m / "retrieval.json").unlink(),
     "retrieved count out of range": lambda m: _edit_config(m, context={"retrieved": 99}),
     "tone dropout not a number": lambda m: _edit_config(m, context={"tone_dropout": "lots"}),
+    "config.json nested past the parser": lambda m: (m / "config.json").write_text("[" * 100_000 + "]" * 100_000),
+    "retrieval.json nested past the parser": lambda m: (m / "retrieval.json").write_text("[" * 100_000),
+    "model.keras is the sentence encoder": lambda m: shutil.copy(m / "sentence.keras", m / "model.keras"),
+    "sentence.keras is the transformer": lambda m: shutil.copy(m / "model.keras", m / "sentence.keras"),
+    "max_length beyond the network's": lambda m: _edit_config(m, model={"max_length": 1000, "encoder_length": 3000}),
+    "embeddings.npy a link to /dev/zero": lambda m: ((m / "embeddings.npy").unlink(),
+                                                     (m / "embeddings.npy").symlink_to("/dev/zero")),
+    "embeddings.npy a FIFO": lambda m: ((m / "embeddings.npy").unlink(), os.mkfifo(m / "embeddings.npy")),
+    "config.json a FIFO": lambda m: ((m / "config.json").unlink(), os.mkfifo(m / "config.json")),
 }
 
 
@@ -236,6 +246,8 @@ def train_args(tmp_path, *extra, out=None):
 
 
 @pytest.mark.parametrize("extra, words", [
+    (["--fallback", "가" * 1060], ["fallback", "too long"]), (["--fallback", "\u200b"], ["fallback", "visible"]),
+    (["--fallback", " \u3000\x1e"], ["fallback", "visible"]),
     (["--seed", "3e9"], ["--seed", "invalid int"]), (["--seed", "3000000000"], ["seed"]), (["--seed", "-1"], ["seed"]),
     (["--max-length", "2"], ["max_length"]), (["--epochs", "many"], ["--epochs"])])
 def test_bad_training_numbers_are_one_error_line(tmp_path, capsys, extra, words):
@@ -457,6 +469,20 @@ def test_overwrite_refuses_a_folder_the_command_did_not_write(tiny_model_dir, tm
     assert (mine / "letter.txt").read_text() == "keep me"
 
 
+def test_overwrite_refuses_a_project_folder_that_has_a_config_json(tiny_model_dir, tmp_path, capsys):
+    """A `config.json` does not make a folder a model directory: `myapp/` with `main.py` beside it is the user's,
+    and `train --overwrite` must leave it whole. A model directory `train` wrote is still replaced."""
+    app_dir = tmp_path / "myapp"
+    app_dir.mkdir()
+    for name, text in {"config.json": "{}", "main.py": "print('hi')", "data.txt": "내 데이터"}.items():
+        (app_dir / name).write_text(text, encoding="utf-8")
+    assert_user_error(*main(capsys, *train_args(tmp_path, "--overwrite", out=app_dir))[::2], "not a model directory")
+    assert sorted(p.name for p in app_dir.iterdir()) == ["config.json", "data.txt", "main.py"]
+    own = shutil.copytree(tiny_model_dir, tmp_path / "own")
+    status, out, err = main(capsys, *train_args(tmp_path, "--overwrite", out=own))
+    assert status == 0, err
+
+
 def test_export_refuses_a_link_or_a_file_at_once(tiny_model_dir, tmp_path, capsys):
     dangling = tmp_path / "dangling"
     dangling.symlink_to(tmp_path / "nowhere")
@@ -542,4 +568,33 @@ def test_network_flags_without_from_scratch_and_a_missing_base_are_one_error_lin
                       "--d-model", "--from-scratch")
     assert_user_error(*main(capsys, "train", "--base", tmp_path / "nowhere", "--data", csv, "--out",
                             tmp_path / "m")[::2], "--base", "--from-scratch")
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed KeyboardInterrupt
+def test_ctrl_c_swallowed_by_a_garbage_collection_hook_still_stops_training(tmp_path, capsys, monkeypatch):
+    """SIGINT that arrives while a gc callback runs (JAX installs one) raises its KeyboardInterrupt inside the
+    callback, where Python prints and swallows it. Training must stop all the same: "error: interrupted", status
+    130, no model."""
+    import gc
+    import signal
+
+    import chatbot.train
+
+    fit = chatbot.train.fit
+
+    def interrupted_in_a_gc_hook(*args, **kwargs):
+        def hook(phase, info):
+            if phase == "start" and hook in gc.callbacks:
+                gc.callbacks.remove(hook)
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(100_000):  # Python runs the signal handler here, inside the hook
+                    pass
+        gc.callbacks.append(hook)
+        gc.collect()
+        return fit(*args, **kwargs)
+
+    monkeypatch.setattr(chatbot.train, "fit", interrupted_in_a_gc_hook)
+    status, out, err = main(capsys, *train_args(tmp_path))
+    assert status == 130 and "error: interrupted" in err
     assert not (tmp_path / "m").exists()

@@ -57,6 +57,16 @@ def test_a_good_history_in_gradio_form_gives_its_texts():
                                                                                                 "뭐  먹고 싶어요?", "ㅋㅋ"]
 
 
+def test_the_bots_own_replies_are_taken_whatever_their_length():
+    """A conversation holds the bot's replies as they were given: a long fallback line (or any long reply) must
+    not make every later message of the conversation a refused request."""
+    long_reply = "잘 모르는 내용이에요. " * 100  # 1,300 characters
+    texts = check_history([{"role": "user", "content": "환불 돼?"}, {"role": "assistant", "content": long_reply},
+                           {"role": "assistant", "content": ""}])
+    assert texts == ["환불 돼?", long_reply, ""]
+    assert with_context("응", texts[:2]).split(TURN) == ["응", normalize(long_reply)[-CONTEXT_CHARS:], "환불 돼?"]
+
+
 def test_a_dialogue_file_gives_a_pair_per_reply_with_the_messages_before_it(tmp_path):
     path = write_csv(tmp_path / "dialogues.csv", [
         ("d1", "user", "비 온다"), ("d1", "bot", "우산 있어요?"), ("d1", "user", "아니"),

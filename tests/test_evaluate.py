@@ -7,7 +7,7 @@ import pytest
 import sacrebleu
 
 from chatbot.cli import main
-from chatbot.evaluate import distinct_n, reply_metrics
+from chatbot.evaluate import distinct_n, reply_metrics, write_replies
 
 
 def test_distinct_n_counts_unique_word_ngrams_over_all_replies():
@@ -65,3 +65,14 @@ def test_eval_refuses_to_overwrite_replies_and_reports_bad_data(tiny_model_dir, 
     assert main(["eval", "--model", str(tiny_model_dir), "--data", str(tmp_path / "missing.csv")]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
     assert len(errors) == 2 and all(line.startswith("error: ") for line in errors)
+
+
+@pytest.mark.parametrize("cell", ["=cmd|' /C calc'!A0", "+1+1", "-2+3", "@SUM(A1)", "\t=1", "\r=1"])
+def test_replies_that_a_spreadsheet_would_run_are_written_as_text(tmp_path, cell):
+    """OWASP's CSV-injection rule: a cell that starts with = + - @ tab or CR gets a leading apostrophe."""
+    path = tmp_path / "replies.csv"
+    write_replies(path, [cell, "안녕"], ["답", cell], [cell, "반가워요"])
+    with open(path, encoding="utf-8", newline="") as file:
+        rows = list(csv.reader(file))
+    assert rows[1] == ["'" + cell, "답", "'" + cell] and rows[2] == ["안녕", "'" + cell, "반가워요"]
+    assert all(not value.startswith(("=", "+", "-", "@", "\t", "\r")) for row in rows for value in row)

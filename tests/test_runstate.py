@@ -84,7 +84,7 @@ def test_resume_after_two_epochs_to_four_keeps_every_history_row_once(pairs, cra
 
 
 @pytest.mark.slow  # trains models in this process
-def test_a_state_folder_with_only_backups_is_one_clear_error_on_resume_and_replaced_otherwise(pairs, tmp_path, capsys):
+def test_a_state_folder_with_only_backups_is_one_clear_error_on_resume_and_replaced_with_overwrite(pairs, tmp_path, capsys):
     from chatbot import cli
     from conftest import TINY_PAIRS, write_csv
 
@@ -100,10 +100,30 @@ def test_a_state_folder_with_only_backups_is_one_clear_error_on_resume_and_repla
     err = capsys.readouterr().err
     assert status == 2 and err.startswith("error: cannot resume") and err.count("\n") == 1, err
 
+    with pytest.raises(ArtifactError, match="holds no training run.*--overwrite"):  # it may hold the user's files
+        train(pairs, tiny_config(epochs=1, repeats=1), out, **QUIET)
+    assert (state / BACKUP_DIR / "latest.weights.h5").is_file()
     lines = []
-    train(pairs, tiny_config(epochs=1, repeats=1), out, verbose=0, log=lines.append)
-    assert any("nothing to resume" in line for line in lines) and load_model_dir(out)
+    train(pairs, tiny_config(epochs=1, repeats=1), out, overwrite=True, verbose=0, log=lines.append)
+    assert any("holds no training run" in line for line in lines) and load_model_dir(out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "pairs.csv"]
+
+
+def test_a_training_folder_that_holds_the_users_files_is_never_deleted_without_overwrite(tmp_path, capsys):
+    from chatbot import cli
+    from conftest import TINY_PAIRS, write_csv
+
+    """`train --out m2` beside a `m2.training/` that is not a run's (the user's own folder of that name) refuses
+    with one line and leaves every file in it; --overwrite is the user's say-so."""
+    out = tmp_path / "m2"
+    mine = state_dir_for(out) / "notes.txt"
+    mine.parent.mkdir()
+    mine.write_text("내 메모", encoding="utf-8")
+    csv = write_csv(tmp_path / "pairs.csv", TINY_PAIRS)
+    status = cli.main(["train", "--from-scratch", "--data", str(csv), "--out", str(out), "--epochs", "1"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith("error: ") and "--overwrite" in err and err.count("\n") == 1, err
+    assert mine.read_text(encoding="utf-8") == "내 메모" and not out.exists()
 
 
 def test_the_state_of_a_run_killed_after_saving_is_recognised_and_removed(tiny_model_dir, tmp_path):

@@ -135,3 +135,12 @@ def test_a_csv_outside_the_upload_folders_or_linked_out_of_them_is_not_read(tmp_
         assert pairs is None and "이 앱에 올린 파일만" in message
     shutil.copy(tiny_csv, uploads / "tiny.csv")
     assert read_training_csv(str(uploads / "tiny.csv"), 2**20, [uploads])[0]
+
+
+def test_a_training_run_is_refused_only_when_its_memory_would_not_fit():
+    from chatbot.workspace import training_memory_refusal
+
+    assert training_memory_refusal(1_000, 22_000.0) is None
+    assert training_memory_refusal(134_795, None) is None  # unknown: the run is not refused on a guess
+    small, large = training_memory_refusal(134_795, 4_096.0), training_memory_refusal(1_000_000, 22_000.0)
+    assert small.startswith("error: 134,795개") and "4.0 GB" in small and large.startswith("error: 1,000,000개")
