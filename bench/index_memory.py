@@ -5,6 +5,7 @@ peak resident memory is its own; the peak above the process's memory once the ba
 
     python bench/index_memory.py                      # 1,000 / 10,000 / 100,000 rows
     python bench/index_memory.py --rows 1000,20000 --text "질문 {i}번 어떻게 해요?"
+    python bench/index_memory.py --rows 20000 --model ""    # no base model: characters and answers alone
 
 The rows are `--text` and `answer {i}` with {i} the row number: every question shares most of its characters
 with every other, the worst case for an inverted index (the postings of shared characters hold every row).
@@ -22,7 +23,7 @@ import time
 import common
 
 MEASURE = r"""
-import json, resource, sys, time
+import dataclasses, json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 from chatbot.startup import import_tensorflow_quietly
 import_tensorflow_quietly(find_devices=False)
@@ -33,12 +34,19 @@ from chatbot.retrieval import Retriever, calibrated_threshold
 from chatbot.schedule import fitted_to_data
 from chatbot.train import built_on, load_base
 rows, text = int(sys.argv[2]), sys.argv[3]
-base = load_base(sys.argv[4])
 pairs = [QAPair(text.format(i=i), f"answer {i}", None) for i in range(rows)]
-config = built_on(fitted_to_data(ChatbotConfig(), rows, built_on_base=True), base)
+if sys.argv[4]:
+    base = load_base(sys.argv[4])
+    config = built_on(fitted_to_data(ChatbotConfig(), rows, built_on_base=True), base)
+    encoder, tokenizer = base.encoder, base.tokenizer
+else:  # characters and answer documents alone: no sentence encoder to load
+    config = fitted_to_data(ChatbotConfig(), rows)
+    config = dataclasses.replace(config, retrieval=dataclasses.replace(config.retrieval, characters=1.0, answers=1.0,
+                                                                       meaning=0.0))
+    encoder = tokenizer = None
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()
-retriever = Retriever(pairs, config.retrieval, base.encoder, base.tokenizer)
+retriever = Retriever(pairs, config.retrieval, encoder, tokenizer)
 k = max(config.context.retrieved, GOLD_POOL) if config.context.questions else config.context.retrieved
 retriever.leave_one_out(pairs, k, tones_of(pairs, config, 1.0))
 calibrated_threshold(retriever, pairs, [], config.retrieval.fallback_share)
@@ -62,7 +70,8 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", default="1000,10000,100000", help="comma-separated row counts")
     parser.add_argument("--text", default="question {i} 질문", help="each question; {i} is the row number")
-    parser.add_argument("--model", default=str(common.ROOT / "models" / "default"), help="the base model")
+    parser.add_argument("--model", default=str(common.ROOT / "models" / "default"),
+                        help='the base model ("": none, retrieval by characters and answer documents alone)')
     args = parser.parse_args()
     results = [measure(int(n), args.text, args.model) for n in args.rows.split(",")]
     print(f"{'rows':>8} {'seconds':>8} {'peak MiB':>9} {'grown MiB':>10} {'grown / previous':>17}")

@@ -74,6 +74,7 @@ LONGEST_FIRST = [
     "test_datasets.py",  # 3
     "test_cli.py",  # 69
     "test_app.py",  # 54
+    "test_bench.py",  # 56
     "test_train.py",  # 51
     "test_runstate.py",  # 36
     "test_selection.py",  # 31
@@ -82,7 +83,6 @@ LONGEST_FIRST = [
     "test_cluster.py",  # 20
     "test_backends.py",  # 19
     "test_browser.py",  # 16
-    "test_bench.py",  # 16
     "test_properties.py",  # 14
     "test_default_model.py",  # 14
     "test_serving.py",  # 9

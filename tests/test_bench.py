@@ -161,3 +161,17 @@ def test_the_load_test_starts_the_app_on_another_port_when_its_port_was_taken(tm
         finally:
             common.stop(process)
     assert b"Cannot find empty port" in (tmp_path / "app.log").read_bytes()  # the first try met the taken port
+
+
+@pytest.mark.slow  # a TensorFlow subprocess: leave-one-out lookups of 20,000 training questions
+def test_indexing_20000_templated_rows_stays_within_a_bounded_memory(capsys):
+    """Every question `question {i} 질문`: the n-grams they all share once made each lookup expand every row's
+    postings, so leave-one-out memory grew with the square of the rows (10,000 rows: 3.5 GB). It must now grow
+    with the rows; the peak is printed for the record."""
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "index_memory.py"), "--rows", "20000", "--model", ""],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows, seconds, peak, grown = done.stdout.strip().splitlines()[-1].split()[:4]
+    with capsys.disabled():
+        print(f"\n20,000 rows: peak {peak} MiB, grown {grown} MiB while indexing and leaving one out ({seconds} s)")
+    assert rows == "20000" and float(grown) < 1024

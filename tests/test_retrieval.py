@@ -14,7 +14,8 @@ from chatbot.config import CHARACTERS_ONLY, ChatbotConfig, ContextConfig, ModelC
 from chatbot.context import answer_likeness, context_for, noised, with_gold_biased, with_own_answer
 from chatbot.data import QAPair, load_pairs, split_by_question
 from chatbot.pipeline import encoder_inputs
-from chatbot.retrieval import COMMON_CHAR_COUNT, COMMON_CHAR_SHARE, Retriever, char_grams, index_json, tf_idf_postings
+from chatbot.retrieval import (COMMON_BIGRAM_COUNT, COMMON_CHAR_COUNT, COMMON_CHAR_SHARE, Retriever, char_grams, index_json,
+                               tf_idf_postings)
 from chatbot.tokenizer import END_ID, SEPARATOR_ID, START_ID, TONE_IDS
 from conftest import ROOT
 
@@ -281,3 +282,15 @@ def test_the_calibrated_threshold_lets_the_asked_share_of_in_scope_questions_fal
     assert strict.confident(tf.constant(["몇 시에 문 열어요?", "ㅁㄴㅇㄹ 퀀텀"])).numpy().tolist() == [True, False]
     unique = [QAPair(f"질문 {i}", f"답 {i}") for i in range(5)]  # no answer has two questions: nothing to calibrate on
     assert calibrated_threshold(Retriever(unique), unique, []) == 0.0
+
+
+def test_a_bigram_in_nearly_every_question_is_not_indexed_but_the_bundled_datas_commonest_is():
+    """A template's shared bigrams ("qu", "n ", " 질") would make every lookup expand every row's postings; the
+    bundled data's commonest bigram, in 15% of its questions, is still indexed."""
+    templated = [f"question {i} 질문" for i in range(COMMON_BIGRAM_COUNT + 200)]
+    keys = set(tf_idf_postings(templated)[0])
+    assert not keys & {"qu", "ue", "n ", " 질", "질문"} and "12" in keys
+    as_common = [f"배고파 {i}" for i in range(8500)] + [f"나 이 {i}" for i in range(1500)]  # "이 " in 15% of them
+    assert "이 " in set(tf_idf_postings(as_common)[0])
+    small_faq = [f"배고파 {i}" for i in range(100)] + [f"나 이 {i}" for i in range(900)]  # in 90%, but 900 rows
+    assert "이 " in set(tf_idf_postings(small_faq)[0])
