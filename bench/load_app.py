@@ -323,6 +323,8 @@ def main(argv=None) -> int:
                       f"{cpu_seconds(process.pid) - server:.1f} s, load generator {cpu_seconds() - generator:.1f} s")
                 for line in report(burst, clients, args.questions):
                     print(line, flush=True)
+                print(f"server memory: {resident_mib(process.pid):.0f} MiB after this burst, peak so far "
+                      f"{max(peak):.0f} MiB ({max(peak) / settled:.2f}x the warmed-up server)", flush=True)
                 outcomes += burst
             sampling.set()
             print(f"\nserver memory: {settled:.0f} MiB after the warm-up, peak {max(peak):.0f} MiB during the bursts "

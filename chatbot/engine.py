@@ -259,6 +259,9 @@ class Chatbot:
             raise ValueError("this model reads retrieved answers: it needs its retrieval index")
         self.compilation = Compilation(compilation)
         self.warmed: set[Plan] = set()  # plans whose loop `warm_up` compiled with XLA for every shape
+        # Under WARMED, the one plain-graph plan traced: the defaults', which answers until warm-up has compiled them
+        retrievable = 0 if retriever is None else len(retriever)
+        self._first_plan = Plan.of(GenerationConfig(), retrievable, jit=False)
         # A question alone fits in 16 tokens, most with a retrieved answer in 32, with two retrieved pairs and
         # their questions in 64 or 96. Each length and batch bucket costs one XLA compilation (seconds on a CPU).
         self.length_buckets = tuple(b for b in (16, 32, 64, 96) if b < model.encoder_length) + (model.encoder_length,)
@@ -611,9 +614,17 @@ class Chatbot:
         """Reply ids (batch, max_length) and strings (batch,) through `plan`'s compiled function (op by op when
         compilation is eager: for one reply, tracing the loop costs more than running it)."""
         texts, tones = tf.convert_to_tensor(texts, tf.string), tf.convert_to_tensor(tones, tf.int32)
-        if self.compilation is Compilation.EAGER:
+        if self.op_by_op(plan):
             return self.replies_graph(texts, tones, options, plan, tf.constant(min_length))
         return self.compiled(plan)(texts, tones, options, tf.constant(min_length))
+
+    def op_by_op(self, plan: Plan) -> bool:
+        """Whether `plan` decodes eagerly: always under EAGER; under WARMED (the app), every plan but the warmed ones
+        and the defaults' plain graph. A server's visitors choose the settings, and each new plan traced cost about
+        115 MB of the process on the default model and 5-11 s before its first reply; op by op a reply takes
+        about a second and traces nothing, so a sweep of settings leaves the server's memory as it was."""
+        return self.compilation is Compilation.EAGER or (
+            self.compilation is Compilation.WARMED and not plan.jit and plan != self._first_plan)
 
     def compiled(self, plan: Plan):
         """`plan`'s replies function, built once and kept in a bounded cache: a plain graph holding its prepare (a
@@ -652,8 +663,9 @@ class Chatbot:
         """One question's reply token by token, as each step chooses it, until it ends or `options.steps`. Streamed
         steps are plain graphs whatever the compilation: a step is milliseconds either way, while an XLA compilation
         per encoder length would keep the first streamed reply waiting."""
-        begin, step = self._stream_graphs.get(Plan(plan.strategy, plan.num_beams, plan.no_repeat_ngram_size,
-                                                   plan.candidates), lambda: self._build_stream(plan))
+        begin, step = (self._build_stream(plan, traced=False) if self.op_by_op(plan) else
+                       self._stream_graphs.get(Plan(plan.strategy, plan.num_beams, plan.no_repeat_ngram_size,
+                                                    plan.candidates), lambda: self._build_stream(plan)))
         state = begin(tf.constant([text]), tf.constant([tone], tf.int32))
         for _ in range(int(options.steps)):
             state = step(state, options)
@@ -661,8 +673,10 @@ class Chatbot:
                 return
             yield int(state.tokens[0, int(state.index)])
 
-    def _build_stream(self, plan: Plan):
-        prepare = self._prepare_graphs.get(plan.candidates, lambda: self._build_prepare(plan.candidates))
+    def _build_stream(self, plan: Plan, traced: bool = True):
+        prepare = (self._prepare_graphs.get(plan.candidates, lambda: self._build_prepare(plan.candidates)) if traced
+                   else lambda texts, tones, min_length: self.prepare(texts, tones, Plan(candidates=plan.candidates),
+                                                                      min_length))
 
         def begin(texts, tones):
             ids = prepare(texts, tones, tf.constant(0)).encoder_ids
@@ -671,6 +685,8 @@ class Chatbot:
         def step(state, options):
             return self.step(state, options, plan)
 
+        if not traced:
+            return begin, step
         return tf.function(begin, autograph=False), tf.function(step, autograph=False)
 
     # -- compile latency: every warm-up and background trace --

@@ -424,3 +424,24 @@ def test_a_request_is_validated_once(tiny_bot, monkeypatch, tmp_path):
     ui = app.ChatApp(tiny_bot, tmp_path, upload_folders=[tmp_path])
     ui.chat("배고파")
     assert counts == {"questions": 2, "request": 2}
+
+
+@pytest.mark.slow  # loads a bot of its own and traces the defaults' reply graph
+def test_the_apps_compilation_decodes_a_visitors_new_settings_op_by_op_and_traces_nothing(tiny_model_dir):
+    """Under `Compilation.WARMED` (the app), settings that are neither warmed nor the defaults decode op by op: a
+    sweep of n-gram sizes and candidate counts builds no graph (each traced plan held about 115 MB of the server
+    on the default model), for the reply and the stream alike; the defaults' plain graph is still traced. (That
+    op by op and traced decoding write the same reply is `test_an_eager_bot_replies_as_the_graph_does_without_tracing_anything`'s.)"""
+    bot = Chatbot.load(tiny_model_dir, compilation="warmed")
+    ran = stages_run(bot)
+    sweep = [dict(no_repeat_ngram_size=n, candidates=c) for n, c in ((2, 0), (3, 1))]
+    for settings in sweep:
+        before = len(ran)
+        reply = bot.reply("배고파", **settings)
+        assert reply in {answer for _, answer, _ in TINY_PAIRS} and list(bot.stream("배고파", **settings))[-1] == reply
+        assert len(ran) > before  # its stages ran as Python: op by op, not a trace
+    again = len(ran)
+    bot.reply("배고파", **sweep[0])
+    assert len(ran) > again and bot.compiled_plans == []  # asked again: still op by op, still no graph kept
+    bot.reply("배고파")
+    assert bot.compiled_plans == [bot.plan(bot.check())]  # the defaults' graph, as before warm-up
