@@ -571,7 +571,6 @@ def test_network_flags_without_from_scratch_and_a_missing_base_are_one_error_lin
     assert not (tmp_path / "m").exists()
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed KeyboardInterrupt
 def test_ctrl_c_swallowed_by_a_garbage_collection_hook_still_stops_training(tmp_path, capsys, monkeypatch):
     """SIGINT that arrives while a gc callback runs (JAX installs one) raises its KeyboardInterrupt inside the
     callback, where Python prints and swallows it. Training must stop all the same: "error: interrupted", status
