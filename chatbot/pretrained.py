@@ -241,7 +241,8 @@ class E5Block(keras.layers.Layer):
         self.hidden, self.heads, self.intermediate, self.eps = hidden, heads, intermediate, eps
         policy = self.dtype_policy
         self.query, self.key, self.value, self.attention_output = (
-            keras.layers.Dense(hidden, kernel_initializer="zeros", dtype=policy, name=name) for name in ("query", "key", "value", "output"))
+            keras.layers.Dense(hidden, kernel_initializer="zeros", dtype=policy, name=name)
+            for name in ("query", "key", "value", "output"))
         self.attention_norm = keras.layers.LayerNormalization(epsilon=eps, dtype=policy, name="attention_norm")
         self.inner = keras.layers.Dense(intermediate, activation="gelu", kernel_initializer="zeros", dtype=policy,
                                         name="inner")  # erf GELU
