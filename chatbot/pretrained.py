@@ -224,7 +224,8 @@ class E5Embeddings(keras.layers.Layer):
     def call(self, ids):
         length = ops.shape(ids)[1]
         x = self.word(ids)
-        extra = ops.slice(self.position, [0, 0], [length, self.hidden]) + self.token_type[0]
+        position = ops.convert_to_tensor(self.position)  # a tensor, not the variable: JAX slices no variable
+        extra = ops.slice(position, [0, 0], [length, self.hidden]) + ops.convert_to_tensor(self.token_type)[0]
         return self.norm(x + ops.cast(extra, x.dtype)[None])
 
     def get_config(self):
