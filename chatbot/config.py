@@ -140,10 +140,11 @@ FALLBACK_REPLY = "잘 모르는 내용이에요. 다른 말로 다시 물어봐 
 class RetrievalConfig:
     """How the retrieval index scores each training question for a message, and when nothing fits.
 
-    The score is a weighted mean of three cosine similarities: `characters` (TF-IDF over the characters and
+    The score is a weighted mean of cosine similarities: `characters` (TF-IDF over the characters and
     character bigrams of the training question), `answers` (the same over one document per distinct answer:
-    the answer with every question it was given to) and `meaning` (the sentence encoder's embeddings of the
-    two texts, `chatbot.sentence`). A message with the conversation before it is scored as one text, weighted
+    the answer with every question it was given to), `meaning` (the sentence encoder's embeddings of the
+    two texts, `chatbot.sentence`) and `pretrained` (multilingual-e5-small, `chatbot.pretrained`: the message as
+    a query against each distinct answer's text as a passage; 0, the default, loads no pretrained encoder). A message with the conversation before it is scored as one text, weighted
     `conversation`, and as the new message alone, weighted the rest (a first message: alike); with
     `message_wins` a training question keeps the better of that score and the message's alone, so a change of
     topic mid-conversation finds the neighbours of its own words. A message whose
@@ -155,6 +156,7 @@ class RetrievalConfig:
     characters: float = 0.5
     answers: float = 0.0
     meaning: float = 1.0
+    pretrained: float = 0.0
     threshold: float = 0.0
     conversation: float = 1.0
     message_wins: bool = True
@@ -165,7 +167,7 @@ class RetrievalConfig:
                                   metavar="SHARE")
 
     def __post_init__(self):
-        for name in ("characters", "answers", "meaning", "threshold"):
+        for name in ("characters", "answers", "meaning", "pretrained", "threshold"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < math.inf:
                 raise ValueError(f"retrieval {name} must be a number of at least 0, got {value!r}")
@@ -174,8 +176,8 @@ class RetrievalConfig:
             raise ValueError(f"retrieval conversation must be in [0, 1], got {self.conversation!r}")
         if not isinstance(self.message_wins, bool):
             raise ValueError(f"retrieval message_wins must be true or false, got {self.message_wins!r}")
-        if not self.characters + self.answers + self.meaning:
-            raise ValueError("retrieval needs a positive weight for characters, answers or meaning")
+        if not self.total:
+            raise ValueError("retrieval needs a positive weight for characters, answers, meaning or pretrained")
         if not isinstance(self.fallback, str) or not self.fallback.strip():
             raise ValueError("the fallback reply must be a non-empty text")
         if isinstance(self.fallback_share, bool) or not isinstance(self.fallback_share, numbers.Real) \
@@ -184,7 +186,7 @@ class RetrievalConfig:
 
     @property
     def total(self) -> float:
-        return self.characters + self.answers + self.meaning
+        return self.characters + self.answers + self.meaning + self.pretrained
 
 
 CHARACTERS_ONLY = RetrievalConfig(characters=1.0, answers=0.0, meaning=0.0)  # and never the fallback
