@@ -23,14 +23,13 @@ import tensorflow as tf
 
 from chatbot.config import CHARACTERS_ONLY, RetrievalConfig
 from chatbot.data import QAPair
-from chatbot.pretrained import QUERY
-from chatbot.pretrained import embed as pretrained_embed
 from chatbot.sentence import SENTENCE_LENGTH, embed
 from chatbot.text import one_text
 from chatbot.tokenizer import normalize_tf, question_part_tf
 
-# E5's prefixes before a message and before an indexed text: both "query: " (`PretrainedIndex`)
-PRETRAINED_PREFIXES = (QUERY, QUERY)
+# E5's prefixes before a message and before an indexed text: both "query: " (`PretrainedIndex`; chatbot.pretrained,
+# which holds the encoder, is imported only when a retriever uses it)
+PRETRAINED_PREFIXES = ("query: ", "query: ")
 # Added to the cosine similarity of rows whose label is the asked tone: among questions about as
 # close, the answer in the asked tone wins; a much closer question of another tone still does.
 TONE_BONUS = 0.15
@@ -146,6 +145,7 @@ class PretrainedIndex(tf.Module):
     def __init__(self, texts: list[str], encoder, tokenizer, embeddings: np.ndarray | None = None,
                  name: str = "pretrained"):
         super().__init__(name=name)
+        from chatbot.pretrained import embed as pretrained_embed
         self.encoder, self.tokenizer = encoder, tokenizer
         self.sentencepiece = tokenizer.sp  # a tf.Module: tracked here, as the tokenizer itself is not
         self.message_prefix, indexed_prefix = PRETRAINED_PREFIXES

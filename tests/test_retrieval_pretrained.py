@@ -69,3 +69,4 @@ def test_a_pretrained_weight_needs_the_pretrained_encoder(faq):
     with pytest.raises(ValueError, match="pretrained"):
         Retriever(faq, E5_ONLY)
     assert RetrievalConfig().pretrained == 0.0  # the default reads no pretrained encoder
+    assert set(PRETRAINED_PREFIXES) <= {pretrained.QUERY, pretrained.PASSAGE}
