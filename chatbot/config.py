@@ -144,13 +144,15 @@ MAX_FALLBACK_CHARS = 200  # the fallback reply is a reply: a decoded one is at m
 class RetrievalConfig:
     """How the retrieval index scores each training question for a message, and when nothing fits.
 
-    The score is a weighted mean of three cosine similarities: `characters` (TF-IDF over the characters and
+    The score is a weighted mean of cosine similarities: `characters` (TF-IDF over the characters and
     character bigrams of the training question), `answers` (the same over one document per distinct answer:
-    the answer with every question it was given to) and `meaning` (the sentence encoder's embeddings of the
-    two texts, `chatbot.sentence`). A message with the conversation before it is scored as one text, weighted
-    `conversation`, and as the new message alone, weighted the rest (a first message: alike); with
-    `message_wins` a training question keeps the better of that score and the message's alone, so a change of
-    topic mid-conversation finds the neighbours of its own words. A message whose
+    the answer with every question it was given to), `meaning` (the sentence encoder's embeddings of the
+    two texts, `chatbot.sentence`) and `pretrained` (multilingual-e5-small, `chatbot.pretrained`: the message
+    against each distinct answer's document; 0, the default, loads no pretrained encoder, and no model trained
+    yet sets it). A message with the conversation before it is scored as one text, weighted `conversation`,
+    and as the new message alone, weighted the rest (a first message: alike); with `message_wins` a training
+    question keeps the better of that score and the message's alone, so a change of topic mid-conversation
+    finds the neighbours of its own words. A message whose
     best score is below `threshold` gets `fallback` instead of
     a reply; `train` calibrates the threshold on held-out questions. The default weights are the ones
     bench/retrieval.py chose for everyday chat; a model built on another for its own Q&A uses `FOR_OWN_DATA`;
@@ -159,6 +161,7 @@ class RetrievalConfig:
     characters: float = 0.5
     answers: float = 0.0
     meaning: float = 1.0
+    pretrained: float = 0.0
     threshold: float = 0.0
     conversation: float = 1.0
     message_wins: bool = True
@@ -169,7 +172,7 @@ class RetrievalConfig:
                                   metavar="SHARE")
 
     def __post_init__(self):
-        for name in ("characters", "answers", "meaning", "threshold"):
+        for name in ("characters", "answers", "meaning", "pretrained", "threshold"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < math.inf:
                 raise ValueError(f"retrieval {name} must be a number of at least 0, got {value!r}")
@@ -178,8 +181,8 @@ class RetrievalConfig:
             raise ValueError(f"retrieval conversation must be in [0, 1], got {self.conversation!r}")
         if not isinstance(self.message_wins, bool):
             raise ValueError(f"retrieval message_wins must be true or false, got {self.message_wins!r}")
-        if not self.characters + self.answers + self.meaning:
-            raise ValueError("retrieval needs a positive weight for characters, answers or meaning")
+        if not self.total:
+            raise ValueError("retrieval needs a positive weight for characters, answers, meaning or pretrained")
         if not isinstance(self.fallback, str) or not any(unicodedata.category(c)[0] not in "CZ" for c in self.fallback):
             raise ValueError("the fallback reply must hold a visible character (not only spaces, control or "
                              "zero-width characters)")
@@ -192,7 +195,7 @@ class RetrievalConfig:
 
     @property
     def total(self) -> float:
-        return self.characters + self.answers + self.meaning
+        return self.characters + self.answers + self.meaning + self.pretrained
 
 
 CHARACTERS_ONLY = RetrievalConfig(characters=1.0, answers=0.0, meaning=0.0)  # and never the fallback

@@ -4,7 +4,9 @@ Owns: the retrieval index of a model directory (`retrieval.json`: the training p
 weighs (`config.RetrievalConfig`): TF-IDF over the characters and character bigrams of the training questions
 with cosine similarity (smooth idf, l2-normalised rows, as scikit-learn's TfidfVectorizer with ngram_range (1, 2))
 kept as an inverted index (`CharacterIndex`), the same over one document per distinct answer
-(`answer_documents`), and the cosine of sentence embeddings (`chatbot.sentence`); the in-graph lookup that
+(`answer_documents`), the cosine of sentence embeddings (`chatbot.sentence`), and the cosine of a pretrained
+encoder's embeddings (`chatbot.pretrained`, multilingual-e5-small) of the message and of each answer document
+(`PretrainedIndex`); the in-graph lookup that
 decoding and the SavedModel run; a preference for answers of the asked tone; leave-one-out lookups for training
 (a question never finds itself, nor any row with the same question); and the fallback's threshold
 (`confident`, `calibrated_threshold`). Must not know about the transformer.
@@ -25,6 +27,9 @@ from chatbot.sentence import SENTENCE_LENGTH, embed
 from chatbot.text import one_text
 from chatbot.tokenizer import normalize_tf, question_part_tf
 
+# E5's prefixes before a message and before an indexed text: both "query: " (`PretrainedIndex`; chatbot.pretrained,
+# which holds the encoder, is imported only when a retriever uses it)
+PRETRAINED_PREFIXES = ("query: ", "query: ")
 # Added to the cosine similarity of rows whose label is the asked tone: among questions about as
 # close, the answer in the asked tone wins; a much closer question of another tone still does.
 TONE_BONUS = 0.15
@@ -140,22 +145,52 @@ class CharacterIndex(tf.Module):
         return tf.reshape(scores, tf.stack([batch, self.count]))
 
 
+class PretrainedIndex(tf.Module):
+    """multilingual-e5-small's embeddings of some texts (embedded once, here), and the cosine similarity of
+    messages (embedded in the graph: the tokenizer and the encoder) to each of them. Both sides carry E5's
+    "query: " prefix (PRETRAINED_PREFIXES: bench/retrieval.py, where "query: " before the answer documents found
+    more held-out phrasings than "passage: ", and as many FAQ paraphrases). `encoder`: a
+    `chatbot.pretrained.E5Encoder`; `tokenizer`: the `E5Tokenizer` whose ids it reads. `embeddings`: the texts'
+    unit vectors, if the caller has them (rows in `texts`' order; a different shape is embedded again)."""
+
+    def __init__(self, texts: list[str], encoder, tokenizer, embeddings: np.ndarray | None = None,
+                 name: str = "pretrained"):
+        super().__init__(name=name)
+        from chatbot.pretrained import embed as pretrained_embed
+        self.encoder, self.tokenizer = encoder, tokenizer
+        self.sentencepiece = tokenizer.sp  # a tf.Module: tracked here, as the tokenizer itself is not
+        self.message_prefix, indexed_prefix = PRETRAINED_PREFIXES
+        if embeddings is None or embeddings.shape != (len(texts), encoder.hidden):
+            embeddings = pretrained_embed(encoder, tokenizer, texts, indexed_prefix)
+        self.embeddings = tf.Variable(embeddings.astype(np.float32), trainable=False, name="embeddings")
+
+    def cosine(self, texts):
+        """Messages (batch,) -> cosine similarity to every indexed text (batch, texts), in [-1, 1]."""
+        vectors = self.encoder(self.tokenizer.dense(texts, self.message_prefix), training=False)
+        return tf.matmul(tf.cast(vectors, tf.float32), self.embeddings, transpose_b=True)
+
+
 class Retriever(tf.Module):
     """The answers of the training questions nearest a message. Everything it holds is a variable, a lookup
     table or a Keras layer, so it travels inside a SavedModel.
 
-    Nearness is `RetrievalConfig`'s weighted mean of three similarities: the characters the message shares
-    with the training question, with the answer's document (`answer_documents`), and the cosine of their
+    Nearness is `RetrievalConfig`'s weighted mean of up to four similarities: the characters the message shares
+    with the training question, with the answer's document (`answer_documents`), the cosine of their
     sentence embeddings (`encoder`, a `chatbot.sentence.SentenceEncoder`, with the `tokenizer` whose ids it
-    reads). Without an encoder the meaning weight must be 0."""
+    reads), and with `pretrained` (an `E5Encoder` and its `E5Tokenizer`, `chatbot.pretrained`) the cosine of
+    their embeddings of the message and of the answer's document (`PretrainedIndex`). Without an encoder the
+    meaning weight must be 0, and without `pretrained` the pretrained weight."""
 
     def __init__(self, pairs: list[QAPair], config: RetrievalConfig = CHARACTERS_ONLY, encoder=None,
-                 tokenizer=None, embeddings: np.ndarray | None = None):
+                 tokenizer=None, embeddings: np.ndarray | None = None, pretrained=None,
+                 pretrained_embeddings: np.ndarray | None = None):
         super().__init__(name="retriever")
         if not pairs:
             raise ValueError("a retrieval index needs at least one training pair")
         if config.meaning and (encoder is None or tokenizer is None):
             raise ValueError("retrieval by meaning needs the sentence encoder and its tokenizer")
+        if config.pretrained and pretrained is None:
+            raise ValueError("retrieval by the pretrained encoder needs it and its tokenizer")
         self.config = config
         # A tuple: tf.Module wraps a list to track each element, which took longer than building the index.
         self.pairs = tuple(dict.fromkeys(pairs))  # a repeated row would only crowd out other candidates
@@ -170,6 +205,10 @@ class Retriever(tf.Module):
             if embeddings is None or embeddings.shape != (len(questions), encoder.d_model):  # none saved, or stale
                 embeddings = embed(encoder, tokenizer.encode(questions))
             self.embeddings = tf.Variable(embeddings.astype(np.float32), trainable=False, name="embeddings")
+        if config.pretrained:  # e5 over the answer documents (bench/retrieval.py: more than over the questions)
+            documents, document_of = answer_documents(self.pairs)
+            self.pretrained = PretrainedIndex(documents, *pretrained, embeddings=pretrained_embeddings)
+            self.document_of = tf.Variable(document_of, trainable=False, name="document_of")
         # tf.constant: a Variable made from a Python list first checks every element for a tensor to stack
         self.questions = tf.Variable(tf.constant(questions), trainable=False, name="questions")
         self.answers = tf.Variable(tf.constant([p.answer for p in self.pairs]), trainable=False, name="answers")
@@ -203,6 +242,8 @@ class Retriever(tf.Module):
             scores += config.answers * tf.gather(self.answer_index.cosine(texts), self.answer_of, axis=1)
         if config.meaning:
             scores += config.meaning * self.meaning(texts)
+        if config.pretrained:
+            scores += config.pretrained * tf.gather(self.pretrained.cosine(texts), self.document_of, axis=1)
         return scores / config.total
 
     def meaning(self, texts):
@@ -286,8 +327,9 @@ class Retriever(tf.Module):
 
     @classmethod
     def from_json(cls, data: bytes, config: RetrievalConfig = CHARACTERS_ONLY, encoder=None, tokenizer=None,
-                  embeddings: np.ndarray | None = None) -> "Retriever":
-        return cls(pairs_of(data), config, encoder, tokenizer, embeddings)
+                  embeddings: np.ndarray | None = None, pretrained=None,
+                  pretrained_embeddings: np.ndarray | None = None) -> "Retriever":
+        return cls(pairs_of(data), config, encoder, tokenizer, embeddings, pretrained, pretrained_embeddings)
 
 
     @classmethod
