@@ -5,7 +5,7 @@ peak resident memory is its own; the peak above the process's memory once the ba
 
     python bench/index_memory.py                      # 1,000 / 10,000 / 100,000 rows
     python bench/index_memory.py --rows 1000,20000 --text "질문 {i}번 어떻게 해요?"
-    python bench/index_memory.py --rows 20000 --model ""    # no base model: characters and answers alone
+    python bench/index_memory.py --rows 20000 --model ""    # no base model: the questions' characters alone
 
 The rows are `--text` and `answer {i}` with {i} the row number: every question shares most of its characters
 with every other, the worst case for an inverted index (the postings of shared characters hold every row).
@@ -27,7 +27,7 @@ import dataclasses, json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 from chatbot.startup import import_tensorflow_quietly
 import_tensorflow_quietly(find_devices=False)
-from chatbot.config import ChatbotConfig
+from chatbot.config import CHARACTERS_ONLY, ChatbotConfig
 from chatbot.context import tones_of, GOLD_POOL
 from chatbot.data import QAPair
 from chatbot.retrieval import Retriever, calibrated_threshold
@@ -39,10 +39,9 @@ if sys.argv[4]:
     base = load_base(sys.argv[4])
     config = built_on(fitted_to_data(ChatbotConfig(), rows, built_on_base=True), base)
     encoder, tokenizer = base.encoder, base.tokenizer
-else:  # characters and answer documents alone: no sentence encoder to load
+else:  # the questions' characters alone (the inverted index whose postings grew with the square): no encoder
     config = fitted_to_data(ChatbotConfig(), rows)
-    config = dataclasses.replace(config, retrieval=dataclasses.replace(config.retrieval, characters=1.0, answers=1.0,
-                                                                       meaning=0.0))
+    config = dataclasses.replace(config, retrieval=CHARACTERS_ONLY)
     encoder = tokenizer = None
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()
@@ -71,7 +70,7 @@ def main() -> None:
     parser.add_argument("--rows", default="1000,10000,100000", help="comma-separated row counts")
     parser.add_argument("--text", default="question {i} 질문", help="each question; {i} is the row number")
     parser.add_argument("--model", default=str(common.ROOT / "models" / "default"),
-                        help='the base model ("": none, retrieval by characters and answer documents alone)')
+                        help='the base model ("": none, retrieval by the questions\' characters alone)')
     args = parser.parse_args()
     results = [measure(int(n), args.text, args.model) for n in args.rows.split(",")]
     print(f"{'rows':>8} {'seconds':>8} {'peak MiB':>9} {'grown MiB':>10} {'grown / previous':>17}")
