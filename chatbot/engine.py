@@ -260,8 +260,7 @@ class Chatbot:
         self.compilation = Compilation(compilation)
         self.warmed: set[Plan] = set()  # plans whose loop `warm_up` compiled with XLA for every shape
         # Under WARMED, the one plain-graph plan traced: the defaults', which answers until warm-up has compiled them
-        retrievable = 0 if retriever is None else len(retriever)
-        self._first_plan = Plan.of(GenerationConfig(), retrievable, jit=False)
+        self._first_plan = self.plan(GenerationConfig(), jit=False)
         # A question alone fits in 16 tokens, most with a retrieved answer in 32, with two retrieved pairs and
         # their questions in 64 or 96. Each length and batch bucket costs one XLA compilation (seconds on a CPU).
         self.length_buckets = tuple(b for b in (16, 32, 64, 96) if b < model.encoder_length) + (model.encoder_length,)
@@ -612,7 +611,7 @@ class Chatbot:
 
     def generate(self, texts, tones, options: Options, plan: Plan, min_length: int = 0):
         """Reply ids (batch, max_length) and strings (batch,) through `plan`'s compiled function (op by op when
-        compilation is eager: for one reply, tracing the loop costs more than running it)."""
+        `op_by_op(plan)`: for one reply, tracing the loop costs more than running it)."""
         texts, tones = tf.convert_to_tensor(texts, tf.string), tf.convert_to_tensor(tones, tf.int32)
         if self.op_by_op(plan):
             return self.replies_graph(texts, tones, options, plan, tf.constant(min_length))
@@ -650,19 +649,23 @@ class Chatbot:
             tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32), OPTIONS_SIGNATURE,
             tf.TensorSpec([], tf.int32)])
 
-    def _build_prepare(self, candidates: int):
-        plan = Plan(candidates=candidates)  # all that prepare reads of a plan
+    def _prepare_for(self, candidates: int):
+        """`prepare` for plans with `candidates` (all that it reads of a plan), as a function of the texts alone."""
+        plan = Plan(candidates=candidates)
 
         def prepare(texts, tones, min_length):
             return self.prepare(texts, tones, plan, min_length)
 
-        return tf.function(prepare, autograph=False, input_signature=[
+        return prepare
+
+    def _build_prepare(self, candidates: int):
+        return tf.function(self._prepare_for(candidates), autograph=False, input_signature=[
             tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.int32)])
 
     def _tokens(self, text: str, tone: int, options: Options, plan: Plan) -> Iterator[int]:
         """One question's reply token by token, as each step chooses it, until it ends or `options.steps`. Streamed
-        steps are plain graphs whatever the compilation: a step is milliseconds either way, while an XLA compilation
-        per encoder length would keep the first streamed reply waiting."""
+        steps are plain graphs whatever the compilation (op by op where `op_by_op(plan)`): a step is milliseconds
+        either way, while an XLA compilation per encoder length would keep the first streamed reply waiting."""
         begin, step = (self._build_stream(plan, traced=False) if self.op_by_op(plan) else
                        self._stream_graphs.get(Plan(plan.strategy, plan.num_beams, plan.no_repeat_ngram_size,
                                                     plan.candidates), lambda: self._build_stream(plan)))
@@ -675,8 +678,7 @@ class Chatbot:
 
     def _build_stream(self, plan: Plan, traced: bool = True):
         prepare = (self._prepare_graphs.get(plan.candidates, lambda: self._build_prepare(plan.candidates)) if traced
-                   else lambda texts, tones, min_length: self.prepare(texts, tones, Plan(candidates=plan.candidates),
-                                                                      min_length))
+                   else self._prepare_for(plan.candidates))
 
         def begin(texts, tones):
             ids = prepare(texts, tones, tf.constant(0)).encoder_ids

@@ -227,7 +227,8 @@ class InterruptWatch(keras.callbacks.Callback):
     """Ctrl-C that always stops training. Python raises KeyboardInterrupt wherever the main thread is, and where
     that is a garbage-collection hook (JAX installs one), the exception is printed and swallowed: training went
     on and the run saved a model with exit 0. While this is entered, SIGINT also marks the run interrupted, and
-    every training step, epoch and stage boundary it watches raises KeyboardInterrupt again once it is marked."""
+    every training and validation step and epoch end it watches (as a callback of the fit), and `check`, raise
+    KeyboardInterrupt again once it is marked."""
 
     def __init__(self):
         super().__init__()
