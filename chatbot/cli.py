@@ -19,8 +19,8 @@ from pathlib import Path
 from chatbot import terminal
 from chatbot.artifacts import (ArtifactError, check_model_dir, check_replaceable, check_writable, is_export,
                                is_model_dir, is_own_model_dir)
-from chatbot.config import (TONES, ChatbotConfig, ContextConfig, DataConfig, GenerationConfig, ModelConfig,
-                            RetrievalConfig, TokenizerConfig, TrainConfig, __version__)
+from chatbot.config import (RETRIEVAL_WEIGHTS, TONES, ChatbotConfig, ContextConfig, DataConfig, GenerationConfig,
+                            ModelConfig, RetrievalConfig, TokenizerConfig, TrainConfig, __version__)
 from chatbot.data import DataError
 from chatbot.schedule import WHEN_UNSET
 from chatbot.startup import import_tensorflow_quietly
@@ -195,9 +195,11 @@ def run_train(args) -> None:
     if args.vocab_size < 16:
         raise UserError("--vocab-size must be at least 16")
     if not args.from_scratch:
-        shaped = [f"--{option.name.replace('_', '-')}" for section in (ModelConfig, TokenizerConfig, ContextConfig)
+        shaped = [f"--{option.name.replace('_', '-')}" for section in (ModelConfig, TokenizerConfig, ContextConfig,
+                                                                       RetrievalConfig)
                   for option in dataclasses.fields(section)
-                  if "help" in option.metadata and getattr(args, option.name) != option.default]
+                  if "help" in option.metadata and getattr(args, option.name) != option.default
+                  and (section is not RetrievalConfig or option.name in RETRIEVAL_WEIGHTS)]
         if shaped:
             raise UserError(f"{', '.join(shaped)} shape a new network: add --from-scratch (by default a model builds "
                             f"on --base {args.base}, whose shape it keeps)")
@@ -224,6 +226,11 @@ def run_train(args) -> None:
     # TensorFlow ops, so it loads after a multi-worker strategy, which must come before any op.
     from_tfds = any(map(is_tfds, args.data))
     pairs = None if from_tfds else load()
+    small_talk = None
+    if args.small_talk:
+        from chatbot.data import load_pairs
+
+        small_talk = load_pairs(args.small_talk)[0]
     _load_tensorflow(find_devices=role is None)
     if role is not None:
         strategy = multi_worker_strategy()
@@ -241,7 +248,7 @@ def run_train(args) -> None:
     with InterruptWatch() as watch:  # Ctrl-C stops the run even when its KeyboardInterrupt is swallowed
         try:
             train(pairs, config, out, base=base, resume=args.resume, overwrite=args.overwrite or out != final,
-                  strategy=strategy, callbacks=[watch])
+                  strategy=strategy, callbacks=[watch], small_talk=small_talk)
         except VocabularyError as error:
             raise UserError(f"--vocab-size {args.vocab_size}: {error}") from None
         watch.check()

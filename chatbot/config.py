@@ -70,6 +70,9 @@ class DataConfig:
     paths: tuple[str, ...] = ()  # the CSV files (or dataset names) the model was trained on
     val_fraction: float | None = _flag(None, "share of questions held out to choose the epoch")  # None: see schedule
     seed: int = 42
+    small_talk: str = _flag("", "Q&A CSV of greetings, thanks, goodbyes and questions about the bot that a model built "
+                                "on this one keeps beside its own Q&A (found only when a message is very close to "
+                                "one); default: the base model's", metavar="CSV")
 
     def __post_init__(self):
         object.__setattr__(self, "paths", tuple(self.paths))  # JSON gives a list
@@ -148,21 +151,28 @@ class RetrievalConfig:
     character bigrams of the training question), `answers` (the same over one document per distinct answer:
     the answer with every question it was given to), `meaning` (the sentence encoder's embeddings of the
     two texts, `chatbot.sentence`) and `pretrained` (multilingual-e5-small, `chatbot.pretrained`: the message
-    against each distinct answer's document; 0, the default, loads no pretrained encoder, and no model trained
-    yet sets it). A message with the conversation before it is scored as one text, weighted `conversation`,
+    against each distinct answer's document; 0 loads no pretrained encoder; `pretrained_encoder` names the
+    weights it was embedded with, `pretrained.encoder_identity`). A message with the conversation before it is scored as one text, weighted `conversation`,
     and as the new message alone, weighted the rest (a first message: alike); with `message_wins` a training
     question keeps the better of that score and the message's alone, so a change of topic mid-conversation
     finds the neighbours of its own words. A message whose
     best score is below `threshold` gets `fallback` instead of
-    a reply; `train` calibrates the threshold on held-out questions. The default weights are the ones
+    a reply; `train` calibrates the threshold on held-out questions. Small talk kept from the model a model was
+    built on (`retrieval.Retriever`) is found only at `small_talk_threshold` or above. The default weights are the ones
     bench/retrieval.py chose for everyday chat; a model built on another for its own Q&A uses `FOR_OWN_DATA`;
     models saved before this section read `CHARACTERS_ONLY`."""
 
-    characters: float = 0.5
-    answers: float = 0.0
-    meaning: float = 1.0
-    pretrained: float = 0.0
+    characters: float = _flag(0.5, "retrieval's weight on the characters a message shares with a training question "
+                                   "(with --from-scratch)", metavar="WEIGHT")
+    answers: float = _flag(0.0, "retrieval's weight on the characters it shares with an answer's document (with "
+                                "--from-scratch)", metavar="WEIGHT")
+    meaning: float = _flag(1.0, "retrieval's weight on the cosine of the model's own sentence encoder, trained first "
+                                "(with --from-scratch)", metavar="WEIGHT")
+    pretrained: float = _flag(0.0, "retrieval's weight on multilingual-e5-small's cosine to an answer's document (with "
+                                   "--from-scratch; a model built on a base uses it alone)", metavar="WEIGHT")
     threshold: float = 0.0
+    small_talk_threshold: float = 0.0
+    pretrained_encoder: str = ""
     conversation: float = 1.0
     message_wins: bool = True
     fallback: str = _flag(FALLBACK_REPLY, "what the model says when no training question is close enough in "
@@ -172,7 +182,7 @@ class RetrievalConfig:
                                   metavar="SHARE")
 
     def __post_init__(self):
-        for name in ("characters", "answers", "meaning", "pretrained", "threshold"):
+        for name in ("characters", "answers", "meaning", "pretrained", "threshold", "small_talk_threshold"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < math.inf:
                 raise ValueError(f"retrieval {name} must be a number of at least 0, got {value!r}")
@@ -183,6 +193,8 @@ class RetrievalConfig:
             raise ValueError(f"retrieval message_wins must be true or false, got {self.message_wins!r}")
         if not self.total:
             raise ValueError("retrieval needs a positive weight for characters, answers, meaning or pretrained")
+        if not isinstance(self.pretrained_encoder, str):
+            raise ValueError(f"retrieval pretrained_encoder must be a string, got {self.pretrained_encoder!r}")
         if not isinstance(self.fallback, str) or not any(unicodedata.category(c)[0] not in "CZ" for c in self.fallback):
             raise ValueError("the fallback reply must hold a visible character (not only spaces, control or "
                              "zero-width characters)")
@@ -198,11 +210,12 @@ class RetrievalConfig:
         return self.characters + self.answers + self.meaning + self.pretrained
 
 
+RETRIEVAL_WEIGHTS = ("characters", "answers", "meaning", "pretrained")  # chosen with --from-scratch only
 CHARACTERS_ONLY = RetrievalConfig(characters=1.0, answers=0.0, meaning=0.0)  # and never the fallback
-# A FAQ's paraphrases share words with the answer more than with another phrasing (bench/retrieval.py: answer
-# documents alone 75% / 47% of the example FAQs' paraphrases, characters 40% / 38%), and its questions are
-# far from the everyday chat the sentence encoder learned from: answers and meaning, equally.
-FOR_OWN_DATA = {"characters": 0.0, "answers": 1.0, "meaning": 1.0}
+# A FAQ's paraphrases are new wordings of its questions, far from the everyday chat the own sentence encoder learned
+# from: multilingual-e5-small over one document per distinct answer finds more of them than characters, answer
+# documents or the sentence encoder, alone or fused (bench/retrieval.py, bench/faq_levers.py).
+FOR_OWN_DATA = {"characters": 0.0, "answers": 0.0, "meaning": 0.0, "pretrained": 1.0}
 
 
 SELECTIONS = ("chrf", "loss", "last")

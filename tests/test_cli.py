@@ -533,13 +533,16 @@ def test_the_log_counts_each_pair_skipped_for_a_long_answer_once_not_once_per_re
     assert "2 training pairs skipped: their answer is longer than 24 tokens" in out
 
 
-def test_a_new_csv_builds_on_the_base_model_and_keeps_its_vocabulary_and_encoder(tmp_path, capsys, tiny_model_dir):
-    """By default `train` builds on --base: the new model keeps the base's vocabulary, network shape and sentence
-    encoder, indexes only the new pairs and calibrates its own fallback threshold, however long it trains (here one
-    pass over the pairs). (What such a model answers is measured on the default model by bench/small_csv.py: the
+def test_a_new_csv_builds_on_the_base_model_keeps_its_vocabulary_and_reads_meaning_with_e5(tmp_path, capsys,
+                                                                                            tiny_model_dir):
+    """By default `train` builds on --base: the new model keeps the base's vocabulary and network shape, indexes
+    only the new pairs by the meaning multilingual-e5-small reads in them (their answer documents' embeddings and
+    the projection learned from its questions are saved with it) and calibrates its own fallback threshold, however
+    long it trains (here one pass over the pairs). (What such a model answers is measured on the default model by bench/small_csv.py: the
     tiny base's 200 pieces cannot spell a new answer.)"""
     import json
 
+    from chatbot.config import FOR_OWN_DATA
     from chatbot.engine import Chatbot
 
     faq = [(question, answer, 0) for pair in (
@@ -556,7 +559,9 @@ def test_a_new_csv_builds_on_the_base_model_and_keeps_its_vocabulary_and_encoder
     config, base = (json.loads((folder / "config.json").read_text()) for folder in (out, tiny_model_dir))
     assert config["tokenizer"] == base["tokenizer"] and config["model"] == base["model"]
     assert config["base"] == str(tiny_model_dir) and config["retrieval"]["fallback"] == "가게로 전화 주세요."
-    assert (out / "sentence.keras").is_file() and config["retrieval"]["answers"] > 0
+    assert (out / "pretrained.npy").is_file() and (out / "projection.npy").is_file()
+    assert not (out / "sentence.keras").exists()
+    assert {name: config["retrieval"][name] for name in FOR_OWN_DATA} == FOR_OWN_DATA
     bot = Chatbot.load(out, compilation="graph")
     assert [p.question for p in bot.retriever.pairs] == [q for q, _, _ in faq]
     assert 0 < bot.retriever.config.threshold < 1  # calibrated on the questions that share an answer
