@@ -357,15 +357,18 @@ class Chatbot:
               history=None, **decoding):
         """The reply as a string; with `details`, a dict that also says where it came from (`provenance`).
         `history`: the conversation before `text`, as `{"role": "user" | "assistant", "content": str}` messages,
-        oldest first (Gradio's chat format); a model trained on dialogues reads its last messages."""
-        request = self.request([text], tone, settings, None if history is None else [history], **decoding)
+        oldest first (Gradio's chat format); a model trained on dialogues reads its last messages. `text` is one
+        message (`chatbot.text.one_message`), with or without a history."""
+        request = self.request([text], tone, settings, [history], **decoding)
         reply = self.answer(request)[0]
         return self._provenance(request.texts[0], reply) if details else reply
 
     def reply_batch(self, texts: list[str], tone=None, settings: GenerationConfig | None = None,
                     histories=None, **decoding) -> list[str]:
         """Replies to many questions at once; `tone`: None, or everyday/sad/love (or 0-2) for all of them;
-        `histories`: None, or each question's conversation before it (see `in_context`)."""
+        `histories`: each question's conversation before it (see `in_context`; each question is then one message),
+        or None: each text as the model reads it, which may already hold its conversation joined by
+        `chatbot.text.TURN` (as `data.load_pairs` writes a dialogue file's questions, for evaluation)."""
         return self.answer(self.request(texts, tone, settings, histories, **decoding))
 
     def answer(self, request: Request) -> list[str]:
@@ -408,7 +411,7 @@ class Chatbot:
                **decoding) -> Iterator[str]:
         """Yield the growing reply, one token at a time (each step is one graph call); `history` as for `reply`.
         With beams or `candidates`, whose reply is chosen at the end, it decodes first and then reveals the reply."""
-        request = self.request([text], tone, settings, None if history is None else [history], **decoding)
+        request = self.request([text], tone, settings, [history], **decoding)
         (text,), (tone,) = request.texts, request.tones
         crisis = self._crisis(text)
         if crisis:  # at once and whole: nothing the model would write first

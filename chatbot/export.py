@@ -53,15 +53,24 @@ class ReplyModule(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions"),
                                   tf.TensorSpec([None], tf.int32, name="tones")], autograph=False)
     def serve_with_tone(self, questions, tones):
-        ids, replies = self._bot.generate(questions, tones, self._options, self._plan)  # the fallback included
-        replies = self._bot.postprocess_graph(ids, replies)
-        return {"replies": crisis_replies_graph(question_part_tf(questions), replies)}
+        return self._replies(one_message_graph(questions), tones)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions"),
                                   tf.TensorSpec([None, None], tf.string, name="history"),
                                   tf.TensorSpec([None], tf.int32, name="tones")], autograph=False)
     def serve_with_history(self, questions, history, tones):
-        return self.serve_with_tone(with_context_graph(questions, history, self._turns), tones)
+        return self._replies(with_context_graph(one_message_graph(questions), history, self._turns), tones)
+
+    def _replies(self, texts, tones):
+        """Each text (a message, with its conversation joined by `TURN`) -> its reply, the crisis reply included."""
+        ids, replies = self._bot.generate(texts, tones, self._options, self._plan)  # the fallback included
+        replies = self._bot.postprocess_graph(ids, replies)
+        return {"replies": crisis_replies_graph(question_part_tf(texts), replies)}
+
+
+def one_message_graph(questions: tf.Tensor) -> tf.Tensor:
+    """`chatbot.text.one_message` in the graph: a `TURN` typed inside a question becomes a space."""
+    return tf.strings.regex_replace(questions, TURN, " ")
 
 
 def with_context_graph(questions: tf.Tensor, history: tf.Tensor, turns: int) -> tf.Tensor:

@@ -448,7 +448,9 @@ class E5Tokenizer:
         self.prefix, self.max_length = prefix, max_length
         self.model_proto = sentencepiece_proto(vocabulary)
         with native_notes_quieted():
-            self.sp = tf_text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32)
+            # Its own name: a SavedModel restores each SentencePiece model into a resource shared by the name of the
+            # op that made it, so beside the chatbot's own tokenizer an unnamed one was restored as the other
+            self.sp = tf_text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32, name="e5_sentencepiece")
         self.bos, self.eos, self.pad, self.unk = vocabulary.bos, vocabulary.eos, vocabulary.pad, vocabulary.unk
         self.vocab_size = len(vocabulary.pieces)
         self.rows = None

@@ -420,17 +420,23 @@ class Retriever(tf.Module):
         """`neighbours` for many training questions, in batches of at most `batch_size` (`Retriever.batch_size`),
         none with the question's own text: (len(pairs), k') pairs, nearest first. Each distinct question and tone
         is looked up once (the schedule repeats a small set's pairs many times an epoch), by one traced
-        function."""
+        function. With the pretrained lever a question is also read against its own answer's document written
+        without it (`without_own_documents`): else the document that holds its words puts its own answer first
+        for nearly every training question, and the model learns to copy whatever it is shown."""
         batch_size = self.batch_size(batch_size)
         keys = list(zip((p.question for p in pairs), map(int, tones)))
         asked = list(dict.fromkeys(keys))
-        lookup = tf.function(lambda t, s: self.top_rows(t, k, s, leave_one_out=True)[0], autograph=False,
-                             input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32)])
+        lookup = tf.function(lambda t, s, m: self.top_rows(t, k, s, leave_one_out=True, similarity=m)[0],
+                             autograph=False, input_signature=[tf.TensorSpec([None], tf.string),
+                                                               tf.TensorSpec([None], tf.int32),
+                                                               tf.TensorSpec([None, len(self.pairs)], tf.float32)])
+        similarity = tf.function(self.similarity, autograph=False, input_signature=[tf.TensorSpec([None], tf.string)])
         found = {}
         for first in range(0, len(asked), batch_size):
             chunk = asked[first:first + batch_size]
             questions, chunk_tones = zip(*chunk)
-            rows = lookup(tf.constant(questions), tf.constant(chunk_tones, tf.int32))
+            scores = self.without_own_documents(list(questions), similarity(tf.constant(questions)))
+            rows = lookup(tf.constant(questions), tf.constant(chunk_tones, tf.int32), scores)
             found.update(zip(chunk, ([self.pairs[i] for i in row] for row in rows.numpy())))
         return [list(found[key]) for key in keys]
 

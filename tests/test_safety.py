@@ -54,15 +54,23 @@ def test_the_savedmodels_graph_matches_the_same_messages_with_the_same_reply():
         [crisis_reply(message) or "the model's reply" for message in messages]
 
 
-@pytest.mark.parametrize("message", ["죽고 싶어", "나쁜 생각이 자꾸 들어", "아빠가 때려요"])
+# Typed inside a message, a record separator (which joins a conversation's messages) or a zero-width space
+TYPED = {"아빠가\x1e때려요": ABUSE_REPLY, "죽고\u200b싶어": SELF_HARM_REPLY, "\x1e죽고 싶어": SELF_HARM_REPLY}
+
+
+@pytest.mark.parametrize("message", ["죽고 싶어", "나쁜 생각이 자꾸 들어", "아빠가 때려요", *TYPED])
 def test_every_python_entry_point_gives_the_crisis_reply_whatever_the_settings(tiny_bot, message):
-    expected = crisis_reply(message)
+    expected = TYPED.get(message) or crisis_reply(message)
     assert tiny_bot.reply(message) == expected
     assert tiny_bot.reply(message, strategy="sample", seed=3, temperature=5.0) == expected
     assert tiny_bot.reply(message, tone="love", strategy="beam", num_beams=2) == expected
-    assert tiny_bot.reply_batch(["배고파", message]) == [tiny_bot.reply("배고파"), expected]
+    # given histories, each text is one message; without, a text may already hold its conversation (evaluation)
+    assert tiny_bot.reply_batch(["배고파", message], histories=[None, None]) == [tiny_bot.reply("배고파"), expected]
     assert list(tiny_bot.stream(message))[-1] == expected
     assert tiny_bot.reply(message, details=True)["reply"] == expected
+    history = [{"role": "user", "content": "안녕하세요"}, {"role": "assistant", "content": "반가워요."}]
+    assert tiny_bot.reply(message, history=history) == expected
+    assert tiny_bot.reply_batch([message], histories=[history]) == [expected]
 
 
 def test_the_command_line_and_the_apps_chat_give_the_same_crisis_reply(tiny_bot, tiny_model_dir, capsys, tmp_path):
@@ -70,9 +78,16 @@ def test_the_command_line_and_the_apps_chat_give_the_same_crisis_reply(tiny_bot,
 
     from chatbot import cli
 
+    from chatbot.serving import ReplyBatcher
+
     assert cli.main(["chat", "--model", str(tiny_model_dir), "-q", "죽고 싶어"]) == 0
     assert capsys.readouterr().out.strip() == SELF_HARM_REPLY
+    assert cli.main(["chat", "--model", str(tiny_model_dir), "-q", "아빠가\x1e때려요"]) == 0
+    assert capsys.readouterr().out.strip() == ABUSE_REPLY
     ui = app.ChatApp(tiny_bot, tmp_path)
     assert ui.chat("죽고 싶어") == SELF_HARM_REPLY
+    for message, expected in TYPED.items():  # the app's /chat API, and the batcher behind it
+        assert ui.chat(message) == expected
+        assert ReplyBatcher().reply(tiny_bot, message) == expected
     history, _, _, _ = list(ui.respond("죽고 싶어", [], [], "", "", *[getattr(app.DEFAULTS, n) for n in app.DECODING_OPTIONS]))[-1]
     assert history[-1]["content"] == app.as_text(SELF_HARM_REPLY)
