@@ -7,9 +7,11 @@ retrieved answers weighed against the reply (`candidates`), the default decoding
 two messages before it (`history`: the first exchange of each `bench/followups.csv` conversation), beam search
 (width 4; width 8 with `agreement`) and top-p sampling,
 single requests and batches of 32; time to first token and per token when streaming; then the
-speedups over the tutorial's loop.
+speedups over the tutorial's loop. A model whose retrieval reads meaning with the pretrained encoder also gets
+the row of that encoder's pass alone (one message, as a reply runs it). Several `--model`s are measured one after
+another in the same run, and their default replies compared at the end.
 
-    python bench/decode_latency.py [--model models/default] [--questions 100]
+    python bench/decode_latency.py [--model models/default [--model OTHER]] [--questions 100]
 """
 
 import argparse
@@ -24,7 +26,8 @@ from common import BUNDLED_DATA, ROOT
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=str(ROOT / "models" / "default"))
+    parser.add_argument("--model", action="append", help="a model directory (repeat to compare; default: "
+                        "models/default)")
     parser.add_argument("--data", default=str(BUNDLED_DATA), help="questions come from here")
     parser.add_argument("--questions", type=int, default=100)
     parser.add_argument("--naive-questions", type=int, default=100, help="how many of them the slow naive loop answers")
@@ -48,9 +51,19 @@ def main():
     args = parse_args()
     # The naive loop's first step attends over one position; Keras warns about that softmax.
     warnings.filterwarnings("ignore", message="You are using a softmax over axis -1")
+    measured = {model: measure(model, args) for model in args.model or [str(ROOT / "models" / "default")]}
+    if len(measured) > 1:
+        first = next(iter(measured))
+        for model, results in measured.items():
+            print(f"default reply p50 of {model}: {results['default'][0]:.2f} ms "
+                  f"({results['default'][0] / measured[first]['default'][0]:.2f}x {first}'s)")
+
+
+def measure(model: str, args) -> dict:
     from chatbot.data import load_pairs
     from chatbot.engine import Chatbot
 
+    args.model = model
     bot = Chatbot.load(args.model)
     plain = Chatbot(bot.model, bot.tokenizer, bot.config, retriever=bot.retriever, compilation="graph")
     pairs, _ = load_pairs(args.data)
@@ -76,6 +89,11 @@ def main():
         "beam 8 + agreement 4": lambda q: bot.reply(q, strategy="beam", num_beams=8, agreement=4, candidates=0),
         "cached top-p 0.9": lambda q: bot.reply(q, strategy="sample", top_p=0.9, seed=0, candidates=0),
     }
+    if bot.retriever is not None and bot.retriever.config.pretrained:
+        import tensorflow as tf
+
+        index = bot.retriever.pretrained
+        single["pretrained encoder alone"] = lambda q: index.cosine(tf.constant([q])).numpy()
     for name, fn in single.items():  # warm up: trace and compile every shape (encoder length buckets) first
         for question in questions[:1] if name.startswith("tutorial") else questions:
             fn(question)
@@ -120,6 +138,7 @@ def main():
     for name in ("cached, no XLA", "cached greedy", "default", "cached beam 4", "batch32 greedy"):
         print(f"speedup of {name} over the tutorial's loop (p50): {tutorial / results[name][0]:.1f}x")
     print(f"beam 4 cost relative to greedy (p50): {results['cached beam 4'][0] / results['cached greedy'][0]:.2f}x")
+    return results
 
 
 if __name__ == "__main__":
