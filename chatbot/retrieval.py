@@ -178,18 +178,23 @@ class PretrainedIndex(tf.Module):
         self.jit = True  # False: never XLA (a process that answers once: compiling costs more than it saves)
 
     def cosine(self, texts):
-        """Messages (batch,) -> cosine similarity to every indexed text (batch, texts), in [-1, 1]. A few messages
-        (a reply's) go through the encoder compiled by XLA, their ids padded to a bucket of lengths so that a
-        handful of shapes cover every message; a bulk lookup (training, calibration) runs it as a plain graph.
-        A text given twice (a first message, scored whole and alone) is encoded once."""
+        """Messages (batch,) -> cosine similarity to every indexed text (batch, texts), in [-1, 1], through
+        `message_vectors`. A text given twice (a first message, scored whole and alone) is encoded once."""
         texts, where = tf.unique(tf.convert_to_tensor(texts, tf.string))
-        ids = self.tokenizer.dense(texts, self.message_prefix)
+        return tf.gather(tf.matmul(self.project(self.message_vectors(texts)), self.projected, transpose_b=True),
+                         where)
+
+    def message_vectors(self, texts):
+        """Messages (batch,) -> e5's unit vectors (batch, hidden) with the message prefix, before the projection
+        (what `chatbot.crisis`'s head reads). A few messages go through the encoder compiled by XLA, their ids
+        padded to a bucket of lengths so that a handful of shapes cover every message; a bulk lookup (training,
+        calibration) runs it as a plain graph."""
+        ids = self.tokenizer.dense(tf.convert_to_tensor(texts, tf.string), self.message_prefix)
         batch, length = tf.shape(ids)[0], tf.shape(ids)[1]
         longest = tf.minimum(-(-length // ENCODE_LENGTH_STEP) * ENCODE_LENGTH_STEP, self.encoder.max_positions)
         padded = tf.pad(ids, [[0, 0], [0, longest - length]], constant_values=self.tokenizer.pad)
-        vectors = (tf.cond(batch <= FEW_MESSAGES, lambda: self._compiled(padded), lambda: self._plain(ids))
-                   if self.jit else self._plain(ids))
-        return tf.gather(tf.matmul(self.project(vectors), self.projected, transpose_b=True), where)
+        return (tf.cond(batch <= FEW_MESSAGES, lambda: self._compiled(padded), lambda: self._plain(ids))
+                if self.jit else self._plain(ids))
 
     def _plain(self, ids):
         return tf.cast(self.encoder(ids, training=False), tf.float32)
