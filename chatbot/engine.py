@@ -4,7 +4,7 @@
         ->  prepare (strings -> encoder ids and retrieved answers, a plain graph: XLA compiles no string ops)
         ->  the plan's compiled function (one per Plan, memoized: the encoder pass, the key/value-cached loop
             over `step` with the plan's sampler, beam ranking, the optional rerank; XLA when the plan says so)
-        ->  postprocess (detokenize, cut a runaway repeat once, the crisis reply)
+        ->  postprocess (detokenize, cut a runaway repeat once, the crisis reply: the list, then e5's classifier)
 
 Owns: `Chatbot` (the Python API: `reply`, `reply_batch`, `stream`, `attention`, `provenance`, `in_context`,
 `warm_up`), the one validation of a request (`Chatbot.request`), `Plan` and `Options` (the static options that key
@@ -32,14 +32,15 @@ from chatbot.artifacts import load_model_dir
 from chatbot.config import TONES, ChatbotConfig, Compilation, GenerationConfig, SettingsError
 from chatbot.pipeline import bucket, compose_encoder_inputs
 from chatbot.rerank import agreement, beam_consensus, choose, features
-from chatbot.safety import crisis_reply
+from chatbot.safety import ABUSE_REPLY, SELF_HARM_REPLY, crisis_reply
 from chatbot.samplers import NEG_INF, process_logits, sampler_for
-from chatbot.text import check_history, check_questions, conversation, question_part, with_context
+from chatbot.text import check_history, check_questions, conversation, normalize, question_part, with_context
 from chatbot.tokenizer import END_ID, PAD_ID, START_ID, Tokenizer
 
 __all__ = ["Chatbot", "Compilation", "Plan", "Options", "Request", "runaway_cut", "runaway_cut_graph"]
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # batches are padded to these many rows (XLA shapes)
+CRISIS_REPLIES = {1: SELF_HARM_REPLY, 2: ABUSE_REPLY}  # `chatbot.crisis`'s SELF_HARM and ABUSE classes
 COMPILED_KEPT = 8  # plans whose compiled functions are kept (the defaults and a few others)
 
 
@@ -272,8 +273,16 @@ class Chatbot:
         self._confident = None if retriever is None else tf.function(
             retriever.confident, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
         self._seeds = random.Random()  # its own: code that reseeds Python's `random` (training) leaves it alone
+        # With e5 loaded, a crisis is also recognised by meaning (`chatbot.crisis`), after the list; without, the list
+        self.crisis_head, self._crisis_classes = None, None
         if retriever is not None and retriever.config.pretrained:  # the message's e5 pass: XLA where loops are
             retriever.pretrained.jit = self.compilation in (Compilation.XLA, Compilation.WARMED)
+            from chatbot.crisis import load_head
+
+            self.crisis_head = load_head()
+            self._crisis_classes = tf.function(
+                lambda messages: self.crisis_head.classes(retriever.pretrained.message_vectors(messages)),
+                input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
 
     @classmethod
     def load(cls, path: str | Path, compilation: Compilation | str = Compilation.XLA) -> "Chatbot":
@@ -394,12 +403,21 @@ class Chatbot:
             cut = runaway_cut(reply_ids)
             if cut is not None:
                 replies[row] = self.tokenizer.decode([reply_ids[:cut]])[0]
-        return [self._crisis(text) or reply for text, reply in zip(texts, replies)]
+        return [crisis or reply for crisis, reply in zip(self._crisis(texts), replies)]
 
-    @staticmethod
-    def _crisis(text: str) -> str | None:
-        """The crisis reply for a checked text's new message, or None."""
-        return crisis_reply(question_part(text))
+    def _crisis(self, texts: list[str]) -> list[str | None]:
+        """The crisis reply for each checked text's new message, or None: the list (`chatbot.safety`) first, then,
+        for the messages it leaves and only where the model has e5 loaded, the classifier by meaning
+        (`chatbot.crisis`), all of them in one pass."""
+        messages = [question_part(text) for text in texts]
+        replies = [crisis_reply(message) for message in messages]
+        unread = [row for row, reply in enumerate(replies) if reply is None]
+        if self._crisis_classes is None or not unread:
+            return replies
+        classes = self._crisis_classes(tf.constant([normalize(messages[row]) for row in unread])).numpy()
+        for row, kind in zip(unread, classes.tolist()):
+            replies[row] = CRISIS_REPLIES.get(kind)
+        return replies
 
     def postprocess_graph(self, ids, strings):
         """`postprocess`'s cut in the graph, for the SavedModel (its crisis check is `export`'s graph twin)."""
@@ -413,7 +431,7 @@ class Chatbot:
         With beams or `candidates`, whose reply is chosen at the end, it decodes first and then reveals the reply."""
         request = self.request([text], tone, settings, [history], **decoding)
         (text,), (tone,) = request.texts, request.tones
-        crisis = self._crisis(text)
+        crisis = self._crisis([text])[0]
         if crisis:  # at once and whole: nothing the model would write first
             yield crisis
             return

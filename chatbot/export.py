@@ -8,7 +8,8 @@ conversation before each question as well), so the SavedModel
 answers in a process that imports only `tensorflow` and `tensorflow_text` (and serves under
 TensorFlow Serving). A reply that ran to its limit in a loop is cut as `Chatbot.reply` cuts it (the engine's
 `postprocess_graph`), and a
-message that may signal a crisis gets `chatbot.safety`'s reply, both in the graph. Must not depend on
+message that may signal a crisis gets `chatbot.safety`'s reply (the list, then, with e5 loaded, `chatbot.crisis`'s
+classifier), both in the graph. Must not depend on
 Python-side tokenization.
 """
 
@@ -42,6 +43,7 @@ class ReplyModule(tf.Module):
         self.sentencepiece = bot.tokenizer.sp  # tracked, so the vocabulary travels with the SavedModel
         self.retriever = bot.retriever  # and the retrieval index (its table and variables), if any
         self._bot = bot
+        self.crisis_head = bot.crisis_head  # tracked: its weights travel with the SavedModel (None without e5)
         settings = bot.check(max_new_tokens=bot.model.max_length, seed=0)
         self._options, self._plan = bot.options(settings), bot.plan(settings, jit=True)
         self._turns = bot.config.context.turns
@@ -65,7 +67,11 @@ class ReplyModule(tf.Module):
         """Each text (a message, with its conversation joined by `TURN`) -> its reply, the crisis reply included."""
         ids, replies = self._bot.generate(texts, tones, self._options, self._plan)  # the fallback included
         replies = self._bot.postprocess_graph(ids, replies)
-        return {"replies": crisis_replies_graph(question_part_tf(texts), replies)}
+        messages = question_part_tf(texts)
+        classes = None
+        if self.crisis_head is not None:  # e5 loaded: the classifier by meaning, after the list (`chatbot.crisis`)
+            classes = self.crisis_head.classes(self.retriever.pretrained.message_vectors(normalize_tf(messages)))
+        return {"replies": crisis_replies_graph(messages, replies, classes)}
 
 
 def one_message_graph(questions: tf.Tensor) -> tf.Tensor:
@@ -92,11 +98,15 @@ def with_context_graph(questions: tf.Tensor, history: tf.Tensor, turns: int) -> 
     return tf.where(lengths > 0, joined, questions)
 
 
-def crisis_replies_graph(questions: tf.Tensor, replies: tf.Tensor) -> tf.Tensor:
-    """`Chatbot.postprocess`'s crisis replies in the graph: the same patterns (`chatbot.safety`) on the same compacted text."""
+def crisis_replies_graph(questions: tf.Tensor, replies: tf.Tensor, classes: tf.Tensor | None = None) -> tf.Tensor:
+    """`Chatbot.postprocess`'s crisis replies in the graph: the same patterns (`chatbot.safety`) on the same
+    compacted text, then, where they match nothing, the classifier's `classes` (batch,) of the same messages
+    (`chatbot.crisis`: 0 none, 1 self-harm, 2 abuse), if the model has e5 loaded."""
     compact = tf.strings.regex_replace(normalize_tf(questions), NOT_COMPACT, "")
     self_harm = tf.strings.regex_full_match(compact, f".*(?:{SELF_HARM_PATTERN}).*")
     abuse = tf.strings.regex_full_match(compact, f".*(?:{ABUSE_PATTERN}).*")
+    if classes is not None:
+        replies = tf.where(classes == 1, SELF_HARM_REPLY, tf.where(classes == 2, ABUSE_REPLY, replies))
     return tf.where(self_harm, SELF_HARM_REPLY, tf.where(abuse, ABUSE_REPLY, replies))
 
 
