@@ -22,7 +22,16 @@ Reported on the held-out set: recall, false-alarm rate, and the union (keyword l
 keyword list alone is applied to the message. The best variant is picked on dev (fewest dev false alarms at
 t97) and its held-out misses and false alarms are listed.
 
+The shipped head (`chatbot.crisis`): --head trains it on each seed's train split (e5 as a model reads a message:
+`chatbot.pretrained.load_for_korean`, the normalised message, "query: "), 3-way softmax (none / self-harm /
+abuse), its threshold the lowest with dev false alarms <= 1% (`f1`; `f2` beside it), and reports held-out recall
+and false alarms alone and with the list (the list first, as the chatbot reads a message), and how often a
+caught crisis gets the right one of the two replies; --write saves the seed-0 head to chatbot/crisis_head.npz
+(how to regenerate it); --shipped scores that file as it is and lists its held-out misses and false alarms.
+
     python bench/crisis.py [--seeds 0 1 2] [--cache crisis_embeddings.npz]
+    python bench/crisis.py --head [--write] [--cache crisis_embeddings.npz]
+    python bench/crisis.py --shipped
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ runs the same patterns in its graph (`chatbot.export`), so the CLI, the app, `/c
 TensorFlow Serving answer such a message alike and no training row can override it.
 Must not import TensorFlow (the graph twin lives with the SavedModel).
 
+A model with multilingual-e5-small loaded also reads a message by meaning (`chatbot.crisis`), after these lists
+and only where they match nothing; without e5 the lists are the whole check.
+
 The lists favour a false alarm over a miss, but keep everyday hyperbole out: "배고파 죽겠어", "힘들어 죽을
 것 같아" and "이 일 빨리 끝내고 싶어" are not matched (tests/test_safety.py holds both kinds).
 """
