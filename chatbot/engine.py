@@ -249,10 +249,12 @@ class Provenance:
 
 class Chatbot:
     """A trained model ready to answer. Decoding options: see `GenerationConfig`; every method that decodes takes
-    them as keywords, or already checked as `settings`. `compilation`: see `Compilation` (strings name its members)."""
+    them as keywords, or already checked as `settings`. `compilation`: see `Compilation` (strings name its members).
+    `crisis_by_meaning`: with e5 loaded, also run `chatbot.crisis`'s classifier after the list; off by default, as it
+    also takes greetings and goodbyes ("안녕", "안녕히 계세요") for a crisis (BENCHMARKS.md)."""
 
     def __init__(self, model, tokenizer: Tokenizer, config: ChatbotConfig, path: str | Path | None = None,
-                 retriever=None, compilation: Compilation | str = Compilation.XLA):
+                 retriever=None, compilation: Compilation | str = Compilation.XLA, crisis_by_meaning: bool = False):
         self.model, self.tokenizer, self.config, self.path = model, tokenizer, config, path
         self.context, self.retriever, self.rerank_weights = config.context, retriever, config.rerank
         self.max_length = model.max_length
@@ -273,10 +275,11 @@ class Chatbot:
         self._confident = None if retriever is None else tf.function(
             retriever.confident, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
         self._seeds = random.Random()  # its own: code that reseeds Python's `random` (training) leaves it alone
-        # With e5 loaded, a crisis is also recognised by meaning (`chatbot.crisis`), after the list; without, the list
+        # Asked for and with e5 loaded, a crisis is also recognised by meaning (`chatbot.crisis`), after the list
         self.crisis_head, self._crisis_classes = None, None
         if retriever is not None and retriever.config.pretrained:  # the message's e5 pass: XLA where loops are
             retriever.pretrained.jit = self.compilation in (Compilation.XLA, Compilation.WARMED)
+        if crisis_by_meaning and retriever is not None and retriever.config.pretrained:
             from chatbot.crisis import load_head
 
             self.crisis_head = load_head()
@@ -285,9 +288,10 @@ class Chatbot:
                 input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
 
     @classmethod
-    def load(cls, path: str | Path, compilation: Compilation | str = Compilation.XLA) -> "Chatbot":
+    def load(cls, path: str | Path, compilation: Compilation | str = Compilation.XLA,
+             crisis_by_meaning: bool = False) -> "Chatbot":
         config, tokenizer, model, retriever = load_model_dir(path)
-        return cls(model, tokenizer, config, path, retriever, compilation)
+        return cls(model, tokenizer, config, path, retriever, compilation, crisis_by_meaning)
 
     @property
     def has_tone(self) -> bool:

@@ -110,12 +110,13 @@ def crisis_replies_graph(questions: tf.Tensor, replies: tf.Tensor, classes: tf.T
     return tf.where(self_harm, SELF_HARM_REPLY, tf.where(abuse, ABUSE_REPLY, replies))
 
 
-def export_saved_model(model_dir: str | Path, out_dir: str | Path, overwrite: bool = False) -> Path:
+def export_saved_model(model_dir: str | Path, out_dir: str | Path, overwrite: bool = False,
+                       crisis_by_meaning: bool = False) -> Path:
     """Write the SavedModel to a temporary sibling, then swap it into place (`artifacts.replace_dir`): an
     existing export is replaced only once the new one is complete. The CLI checks first that `out_dir` may be
-    replaced at all (`artifacts.check_replaceable`)."""
+    replaced at all (`artifacts.check_replaceable`). `crisis_by_meaning`: as `Chatbot`'s (off by default)."""
     out_dir = Path(out_dir)
-    module = ReplyModule(Chatbot.load(model_dir, Compilation.XLA))
+    module = ReplyModule(Chatbot.load(model_dir, Compilation.XLA, crisis_by_meaning))
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     recover_model_dir(out_dir)
     if out_dir.exists() and not overwrite:

@@ -366,7 +366,8 @@ def test_training_adds_a_model_that_is_listed_and_answers(client, models_root, t
     assert re.fullmatch(r"tiny-\d{8}-\d{6}(-\d+)?", new)
     assert new in client.predict(api_name="/models")
     config = json.loads((models_root / new / "config.json").read_text(encoding="utf-8"))
-    assert config["base"] == str(models_root / "tiny") and (models_root / new / "sentence.keras").is_file()
+    # built on the model the app opened with, reading meaning with the pretrained encoder
+    assert config["base"] == str(models_root / "tiny") and (models_root / new / "pretrained.npy").is_file()
     assert isinstance(client.predict("안녕하세요", model=new, api_name="/chat"), str)
 
 

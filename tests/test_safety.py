@@ -161,7 +161,8 @@ def test_a_model_with_e5_gives_the_classifiers_reply_in_reply_stream_batch_and_t
     config = dataclasses.replace(tiny_config(epochs=1), retrieval=RetrievalConfig(
         characters=0.0, answers=0.0, meaning=0.0, pretrained=1.0))
     train([QAPair(q, a) for q, a, *_ in TINY_PAIRS], config, tmp_path / "e5", verbose=0, log=lambda *_: None)
-    bot = Chatbot.load(tmp_path / "e5", compilation="graph")
+    assert Chatbot.load(tmp_path / "e5", compilation="graph").crisis_head is None  # off unless asked for
+    bot = Chatbot.load(tmp_path / "e5", compilation="graph", crisis_by_meaning=True)
     assert bot.crisis_head is not None
     asked = [*IMPLICIT, "죽고 싶어", "배고파 죽겠어", "오늘 너무 피곤해"]
     replies = bot.reply_batch(asked)
@@ -172,6 +173,7 @@ def test_a_model_with_e5_gives_the_classifiers_reply_in_reply_stream_batch_and_t
         assert list(bot.stream(message)) == [expected]  # at once, before any decoding
         history = [{"role": "user", "content": "안녕하세요"}, {"role": "assistant", "content": "반가워요."}]
         assert bot.reply(message, history=history) == expected
-    served = tf.saved_model.load(str(export_saved_model(tmp_path / "e5", tmp_path / "export")))
+    served = tf.saved_model.load(str(export_saved_model(tmp_path / "e5", tmp_path / "export", crisis_by_meaning=True)))
     graph = served.signatures["serving_default"](questions=tf.constant(asked))["replies"].numpy()
-    assert [reply.decode() for reply in graph] == Chatbot.load(tmp_path / "e5", compilation="xla").reply_batch(asked)
+    assert [reply.decode() for reply in graph] == Chatbot.load(tmp_path / "e5", compilation="xla",
+                                                               crisis_by_meaning=True).reply_batch(asked)
