@@ -110,8 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue an interrupted run of the same --out")
     start = train.add_argument_group("what the new model starts from")
     start.add_argument("--base", default=DEFAULT_MODEL, metavar="DIR",
-                       help="build on this trained model: keep its vocabulary, network and sentence encoder, so a "
-                            "small FAQ is understood in other words from the start (default: %(default)s)")
+                       help="build on this trained model: keep its vocabulary, network and small talk, and read "
+                            "meaning with multilingual-e5-small, so a small FAQ is understood in other words from the "
+                            "start (default: %(default)s)")
     start.add_argument("--from-scratch", action="store_true",
                        help="learn a vocabulary and a network from this data alone (how models/default is trained); "
                             "the model flags below apply only then")

@@ -358,7 +358,7 @@ class Retriever(tf.Module):
             scores[i, :self.own_rows][document_of == document] += delta
         return tf.constant(scores)
 
-    def fit_projection(self, log=None) -> np.ndarray | None:
+    def fit_projection(self) -> np.ndarray | None:
         """Learn the pretrained index's projection from the training questions (`fit_projection`), set it and
         return it: each question toward its answer's document written without it, away from every other answer's.
         None (and the identity kept) beyond PROJECTION_MOST documents, where every answer as a negative would not
@@ -608,8 +608,8 @@ def calibrated_threshold(retriever: Retriever, train_pairs: list[QAPair], val_pa
     return float(np.quantile(np.concatenate(best), share))
 
 
-# A share of small talk's own new wordings (each of its questions with its own text left out) allowed under its bar.
-# On the example FAQs (bench/small_csv.py) 0.1 let half of the everyday messages of bench/probes.txt answer with a
+# A share of small talk's own phrasings (each of its questions with its own row left out, though its answer's document
+# still holds its words, so these scores run high) allowed under its bar. On the example FAQs (bench/small_csv.py) 0.1 let half of the everyday messages of bench/probes.txt answer with a
 # greeting; 0.3 lets 12-18% of them, and 7-8 in 10 greetings, thanks and goodbyes worded anew; no out-of-scope
 # question gets small talk at either.
 SMALL_TALK_SHARE = 0.3
@@ -617,8 +617,9 @@ SMALL_TALK_SHARE = 0.3
 
 def small_talk_bar(retriever: Retriever, threshold: float, share: float = SMALL_TALK_SHARE) -> float:
     """The score a message must reach to get an answer of the small talk a model keeps from its base: the `share`
-    quantile of each small-talk question's best score over the other small talk, its own text left out, and at
-    least `threshold`. Retrieval by the pretrained encoder only (its scores are comparable across texts); else,
+    quantile of each small-talk question's best score over the small talk, its own row left out (its document is
+    kept whole: small talk is not among the rows whose documents `without_own_documents` rewrites), and at least
+    `threshold`. Retrieval by the pretrained encoder only (its scores are comparable across texts); else,
     or with too little small talk to calibrate on, `threshold`."""
     strict = list(retriever.pairs[retriever.own_rows:])
     if len(strict) < MIN_CALIBRATION or not retriever.config.pretrained:

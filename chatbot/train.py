@@ -23,7 +23,8 @@ import numpy as np
 import tensorflow as tf
 
 from chatbot.artifacts import (EMBEDDINGS_FILE, HISTORY_FILE, INDEX_FILE, METRICS_FILE, PRETRAINED_FILE,
-                               PROJECTION_FILE, SENTENCE_FILE, ArtifactError, array_bytes, discard_dir, keras_bytes, kill_point, save_model_dir)
+                               PROJECTION_FILE, SENTENCE_FILE, ArtifactError, array_bytes, discard_dir, keras_bytes,
+                               kill_point, save_model_dir)
 from chatbot.config import FOR_OWN_DATA, ChatbotConfig, Compilation, TokenizerConfig
 from chatbot.context import context_for, training_batches
 from chatbot.data import DataError, QAPair, split_by_question
@@ -212,8 +213,10 @@ class Data(NamedTuple):
 
 def prepare_data(run: Run, base: Base | None, replicas: int, log, small_talk: list[QAPair] | None = None) -> Data:
     """Take the started `run`, the `base` it builds on (or None) and the number of replicas a batch is split
-    across; return its `Data`: the sentence encoder (the base's, or trained now), the retriever and the
-    training and validation batches. Logs the split, the schedule and what the encoder reads."""
+    across (and the small talk a model trained from scratch hands on: `train`'s); return its `Data`: the sentence
+    encoder (the base's, or trained now) or the pretrained encoder with the projection learned from the training
+    questions, the retriever and the training and validation batches. Logs the split, the schedule and what the
+    encoder reads."""
     config, tokenizer, train_pairs, val_pairs = run.config, run.tokenizer, run.train_pairs, run.val_pairs
     config = dataclasses.replace(
         config,
@@ -240,10 +243,11 @@ def prepare_data(run: Run, base: Base | None, replicas: int, log, small_talk: li
     val_batches = (training_batches(tokenizer, val_pairs, config, False, retriever, replicas=replicas)[0]
                    if val_pairs else None)
     t = config.train
-    log(f"split: {len(train_pairs)} train / {len(val_pairs)} validation pairs (by question, seed "
-        f"{config.data.seed})" + (f", and {len(taught) - len(train_pairs)} pairs of the base's small talk" if
-                                  len(taught) > len(train_pairs) else "") + f"; vocabulary {tokenizer.vocab_size} pieces; "
-        f"{too_long // t.repeats} training pairs skipped: their answer is longer than {config.model.max_length} tokens")
+    kept = len(taught) - len(train_pairs)
+    log(f"split: {len(train_pairs)} train / {len(val_pairs)} validation pairs (by question, seed {config.data.seed})"
+        + (f", and {kept} pairs of the base's small talk" if kept else "")
+        + f"; vocabulary {tokenizer.vocab_size} pieces; {too_long // t.repeats} training pairs skipped: their answer "
+          f"is longer than {config.model.max_length} tokens")
     log(f"schedule: {t.epochs} epochs of batch {t.batch_size}, each pair {t.repeats}x an epoch, warmup "
         f"{t.warmup_steps} steps" + (f", peak learning rate {t.peak_learning_rate:.2g}" if t.peak_learning_rate else "")
         + (f"; stops after {t.early_stopping} epochs without a better {t.select} score" if t.early_stopping else ""))
@@ -310,7 +314,7 @@ def build(data: Data, strategy: tf.distribute.Strategy, base: Base | None, state
         done = EpochBackup(state / BACKUP_DIR).restore(model)
         if base is not None and not done:
             model.set_weights(base.model.get_weights())
-            log(f"building on {config.base}: its vocabulary, weights and sentence encoder")
+            log(f"building on {config.base}: its vocabulary and weights")
     return Built(model, done, xla)
 
 
@@ -419,7 +423,8 @@ def select(model: FittedTransformer, data: Data, state: Path, log) -> Selected:
 
 def save(selected: Selected, data: Data, out_dir: Path, state: Path, overwrite: bool) -> Path:
     """Take the `selected` model, its `data`, `out_dir` and the run's `state`; write the model directory (with
-    metrics.json, the retrieval index of every pair, the sentence encoder and its embeddings, history.csv and
+    metrics.json, the retrieval index of every pair, the sentence encoder and its embeddings (or the pretrained
+    encoder's embeddings of the answer documents and the projection), history.csv and
     the TensorBoard logs) in one rename, then remove the state. Returns `out_dir`."""
     config, pairs = selected.config, data.train_pairs + data.val_pairs
     extra = {METRICS_FILE: json.dumps(selected.metrics, indent=2).encode()}

@@ -153,6 +153,9 @@ def training_config(epochs: int | None = None, size: str = BUILT_ON) -> ChatbotC
 # default model (one epoch of 10,000 and 20,000 rows: 2,457 and 3,117 MiB). A run goes in the app's own process,
 # so a run that ran out of memory would take the chat down with it.
 TRAINING_MIB, TRAINING_MIB_PER_1000_ROWS = 1850, 70
+# A run built on a model reads meaning with multilingual-e5-small: its weights and graphs, about 1.3 GB more
+# (BENCHMARKS.md, "multilingual-e5-small as a lever"), whatever the rows.
+PRETRAINED_MIB = 1300
 MEMORY_HEADROOM = 0.5  # of the memory available now, what a run may take: the line is an extrapolation past 20,000
 
 
@@ -169,9 +172,9 @@ def available_memory_mib() -> float | None:
 
 
 def training_memory_refusal(rows: int, available: float | None) -> str | None:
-    """Why a run of `rows` pairs cannot train in `available` MiB of memory (the line the retrain tab shows), or None
-    when it fits or the memory is unknown."""
-    needed = TRAINING_MIB + TRAINING_MIB_PER_1000_ROWS * rows / 1000
+    """Why a run of `rows` pairs cannot train in `available` MiB of memory (the line the retrain tab shows, for a
+    run built on the open model, so with the pretrained encoder), or None when it fits or the memory is unknown."""
+    needed = TRAINING_MIB + PRETRAINED_MIB + TRAINING_MIB_PER_1000_ROWS * rows / 1000
     if available is None or needed <= MEMORY_HEADROOM * available:
         return None
     return (f"error: {rows:,}개 질문·답변을 학습하려면 메모리가 약 {needed / 1024:.1f} GB 필요한데, 지금 쓸 수 있는 메모리는 "
