@@ -168,8 +168,9 @@ def is_model_dir(folder: Path) -> bool:
     return (folder / CONFIG_FILE).is_file()
 
 
+# all that `train` writes in a model directory
 MODEL_DIR_NAMES = frozenset({CONFIG_FILE, TOKENIZER_FILE, MODEL_FILE, INDEX_FILE, SENTENCE_FILE, EMBEDDINGS_FILE,
-                             PRETRAINED_FILE, PROJECTION_FILE, HISTORY_FILE, METRICS_FILE, "logs"})  # all that `train` writes in a model directory
+                             PRETRAINED_FILE, PROJECTION_FILE, HISTORY_FILE, METRICS_FILE, "logs"})
 
 
 def is_own_model_dir(folder: Path) -> bool:

@@ -152,14 +152,13 @@ class RetrievalConfig:
     the answer with every question it was given to), `meaning` (the sentence encoder's embeddings of the
     two texts, `chatbot.sentence`) and `pretrained` (multilingual-e5-small, `chatbot.pretrained`: the message
     against each distinct answer's document; 0 loads no pretrained encoder; `pretrained_encoder` names the
-    weights it was embedded with, `pretrained.encoder_identity`). A message with the conversation before it is scored as one text, weighted `conversation`,
-    and as the new message alone, weighted the rest (a first message: alike); with `message_wins` a training
-    question keeps the better of that score and the message's alone, so a change of topic mid-conversation
-    finds the neighbours of its own words. A message whose
-    best score is below `threshold` gets `fallback` instead of
-    a reply; `train` calibrates the threshold on held-out questions. Small talk kept from the model a model was
-    built on (`retrieval.Retriever`) is found only at `small_talk_threshold` or above. The default weights are the ones
-    bench/retrieval.py chose for everyday chat; a model built on another for its own Q&A uses `FOR_OWN_DATA`;
+    weights it was embedded with, `pretrained.encoder_identity`). A message with the conversation before it is
+    scored as one text, weighted `conversation`, and as the new message alone, weighted the rest (a first
+    message: alike); with `message_wins` a training question keeps the better of that score and the message's
+    alone, so a change of topic mid-conversation finds the neighbours of its own words. A message whose best
+    score is below `threshold` gets `fallback` instead of a reply; `train` calibrates the threshold on held-out
+    questions. Small talk kept from the model a model was built on (`retrieval.Retriever`) is found only at
+    `small_talk_threshold` or above. The default weights are the ones bench/retrieval.py chose for everyday chat; a model built on another for its own Q&A uses `FOR_OWN_DATA`;
     models saved before this section read `CHARACTERS_ONLY`."""
 
     characters: float = _flag(0.5, "retrieval's weight on the characters a message shares with a training question "
