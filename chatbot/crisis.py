@@ -22,9 +22,11 @@ import numpy as np
 from keras import ops
 
 from chatbot.layers import register
+from chatbot.safety import ABUSE_REPLY, SELF_HARM_REPLY
 
 HEAD_FILE = Path(__file__).resolve().parent / "crisis_head.npz"
 NONE, SELF_HARM, ABUSE = 0, 1, 2  # the head's classes
+REPLIES = {SELF_HARM: SELF_HARM_REPLY, ABUSE: ABUSE_REPLY}  # what each crisis class gets (`chatbot.safety`'s)
 CLASSES = ("none", "self_harm", "abuse")
 # data/safety/crisis_positive.csv's kinds: which reply each asks for (its negatives are all NONE)
 KIND_CLASS = {

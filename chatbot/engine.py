@@ -4,7 +4,8 @@
         ->  prepare (strings -> encoder ids and retrieved answers, a plain graph: XLA compiles no string ops)
         ->  the plan's compiled function (one per Plan, memoized: the encoder pass, the key/value-cached loop
             over `step` with the plan's sampler, beam ranking, the optional rerank; XLA when the plan says so)
-        ->  postprocess (detokenize, cut a runaway repeat once, the crisis reply: the list, then e5's classifier)
+        ->  postprocess (detokenize, cut a runaway repeat once, the crisis reply: the list, then, if asked for,
+            e5's classifier)
 
 Owns: `Chatbot` (the Python API: `reply`, `reply_batch`, `stream`, `attention`, `provenance`, `in_context`,
 `warm_up`), the one validation of a request (`Chatbot.request`), `Plan` and `Options` (the static options that key
@@ -32,7 +33,7 @@ from chatbot.artifacts import load_model_dir
 from chatbot.config import TONES, ChatbotConfig, Compilation, GenerationConfig, SettingsError
 from chatbot.pipeline import bucket, compose_encoder_inputs
 from chatbot.rerank import agreement, beam_consensus, choose, features
-from chatbot.safety import ABUSE_REPLY, SELF_HARM_REPLY, crisis_reply
+from chatbot.safety import crisis_reply
 from chatbot.samplers import NEG_INF, process_logits, sampler_for
 from chatbot.text import check_history, check_questions, conversation, normalize, question_part, with_context
 from chatbot.tokenizer import END_ID, PAD_ID, START_ID, Tokenizer
@@ -40,7 +41,6 @@ from chatbot.tokenizer import END_ID, PAD_ID, START_ID, Tokenizer
 __all__ = ["Chatbot", "Compilation", "Plan", "Options", "Request", "runaway_cut", "runaway_cut_graph"]
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # batches are padded to these many rows (XLA shapes)
-CRISIS_REPLIES = {1: SELF_HARM_REPLY, 2: ABUSE_REPLY}  # `chatbot.crisis`'s SELF_HARM and ABUSE classes
 COMPILED_KEPT = 8  # plans whose compiled functions are kept (the defaults and a few others)
 
 
@@ -280,9 +280,9 @@ class Chatbot:
         if retriever is not None and retriever.config.pretrained:  # the message's e5 pass: XLA where loops are
             retriever.pretrained.jit = self.compilation in (Compilation.XLA, Compilation.WARMED)
         if crisis_by_meaning and retriever is not None and retriever.config.pretrained:
-            from chatbot.crisis import load_head
+            from chatbot.crisis import REPLIES, load_head
 
-            self.crisis_head = load_head()
+            self.crisis_head, self._crisis_replies = load_head(), REPLIES
             self._crisis_classes = tf.function(
                 lambda messages: self.crisis_head.classes(retriever.pretrained.message_vectors(messages)),
                 input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
@@ -420,7 +420,7 @@ class Chatbot:
             return replies
         classes = self._crisis_classes(tf.constant([normalize(messages[row]) for row in unread])).numpy()
         for row, kind in zip(unread, classes.tolist()):
-            replies[row] = CRISIS_REPLIES.get(kind)
+            replies[row] = self._crisis_replies.get(kind)
         return replies
 
     def postprocess_graph(self, ids, strings):

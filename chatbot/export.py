@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from chatbot.artifacts import EXPORT_MARKER, recover_model_dir, replace_dir, temp_path_beside
 from chatbot.config import __version__
+from chatbot.crisis import REPLIES as CRISIS_REPLIES
 from chatbot.engine import Chatbot, Compilation
 from chatbot.pipeline import in_window
 from chatbot.safety import ABUSE_PATTERN, ABUSE_REPLY, NOT_COMPACT, SELF_HARM_PATTERN, SELF_HARM_REPLY
@@ -106,7 +107,8 @@ def crisis_replies_graph(questions: tf.Tensor, replies: tf.Tensor, classes: tf.T
     self_harm = tf.strings.regex_full_match(compact, f".*(?:{SELF_HARM_PATTERN}).*")
     abuse = tf.strings.regex_full_match(compact, f".*(?:{ABUSE_PATTERN}).*")
     if classes is not None:
-        replies = tf.where(classes == 1, SELF_HARM_REPLY, tf.where(classes == 2, ABUSE_REPLY, replies))
+        for kind, reply in CRISIS_REPLIES.items():
+            replies = tf.where(classes == kind, reply, replies)
     return tf.where(self_harm, SELF_HARM_REPLY, tf.where(abuse, ABUSE_REPLY, replies))
 
 

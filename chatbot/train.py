@@ -117,9 +117,9 @@ def built_on(config: ChatbotConfig, base: Base) -> ChatbotConfig:
 
 def own_data_retrieval() -> dict:
     """`FOR_OWN_DATA`, with the name of the pretrained encoder its index is embedded with."""
-    from chatbot.pretrained import describe_identity, encoder_identity
+    from chatbot.pretrained import installed_identity
 
-    return {**FOR_OWN_DATA, "pretrained_encoder": describe_identity(encoder_identity())}
+    return {**FOR_OWN_DATA, "pretrained_encoder": installed_identity()}
 
 
 def train(pairs: list[QAPair], config: ChatbotConfig, out_dir: str | Path, *, base: Base | None = None,
@@ -176,8 +176,10 @@ def start_run(pairs: list[QAPair], config: ChatbotConfig, out_dir: Path, *, base
     config = fitted_to_data(config, len(pairs), built_on_base=base is not None)
     config = built_on(config, base) if base is not None else context_for(config, pairs)
     if config.context.retrieved and config.retrieval.pretrained and not config.retrieval.pretrained_encoder:
+        from chatbot.pretrained import installed_identity
+
         config = dataclasses.replace(config, retrieval=dataclasses.replace(
-            config.retrieval, pretrained_encoder=own_data_retrieval()["pretrained_encoder"]))
+            config.retrieval, pretrained_encoder=installed_identity()))
     train_pairs, val_pairs = split_by_question(pairs, config.data.val_fraction, config.data.seed)
     state = state_dir_for(out_dir)
     tokenizer = prepare_state(state, config, resume, log, overwrite)  # a resumed run goes on with its own vocabulary
