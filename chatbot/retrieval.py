@@ -177,9 +177,12 @@ class PretrainedIndex(tf.Module):
         self._compiled = tf.function(self._plain, jit_compile=True, autograph=False)
         self.jit = True  # False: never XLA (a process that answers once: compiling costs more than it saves)
 
-    def cosine(self, texts):
+    def cosine(self, texts, vectors=None):
         """Messages (batch,) -> cosine similarity to every indexed text (batch, texts), in [-1, 1], through
-        `message_vectors`. A text given twice (a first message, scored whole and alone) is encoded once."""
+        `message_vectors`, or from the messages' `vectors` (batch, hidden) if the caller has them. A text given
+        twice (a first message, scored whole and alone) is encoded once."""
+        if vectors is not None:
+            return tf.matmul(self.project(tf.convert_to_tensor(vectors, tf.float32)), self.projected, transpose_b=True)
         texts, where = tf.unique(tf.convert_to_tensor(texts, tf.string))
         return tf.gather(tf.matmul(self.project(self.message_vectors(texts)), self.projected, transpose_b=True),
                          where)
@@ -229,8 +232,7 @@ class Retriever(tf.Module):
         # Small talk (greetings, thanks, goodbyes, questions about the bot) kept from the model this one was built
         # on: indexed after the pairs, each row found only where its score reaches `config.small_talk_threshold`.
         # `hands_on`: the small talk a model built on this one keeps.
-        own = tuple(dict.fromkeys(pairs))
-        self.small_talk = tuple(p for p in dict.fromkeys(small_talk) if p not in set(own))
+        own, self.small_talk = index_rows(pairs, small_talk)
         self.hands_on = tuple(dict.fromkeys(hands_on))
         self.own_rows = len(own)
         pairs = own + self.small_talk
@@ -267,23 +269,26 @@ class Retriever(tf.Module):
     def __len__(self) -> int:
         return len(self.pairs)
 
-    def similarity(self, texts):
+    def similarity(self, texts, vectors=None):
         """Messages (batch,) -> each training question's score (batch, pairs): the weighted mean of the
         similarities `RetrievalConfig` weighs, each at most 1. A message with the conversation before it
         (`chatbot.text.TURN`) is scored as one text and as the new message alone, weighed by
         `RetrievalConfig.conversation`; with `message_wins`, a training question the message alone is nearer to
-        keeps that score (a change of topic finds its own neighbours)."""
+        keeps that score (a change of topic finds its own neighbours). `vectors`: the pretrained encoder's
+        vectors of the messages and of their new messages alone, ((batch, hidden), (batch, hidden)) as
+        `message_vectors` gives them, if the caller has them (`bulk_vectors`); else the graph embeds them."""
         texts = tf.convert_to_tensor(texts, tf.string)
         share, either = self.config.conversation, self.config.message_wins
         if share == 1.0 and not either:
-            return self._similarity(texts)
+            return self._similarity(texts, None if vectors is None else vectors[0])
         message = question_part_tf(texts)
-        both = self._similarity(tf.concat([texts, message], axis=0))  # one pass over the index for both
+        both = self._similarity(tf.concat([texts, message], axis=0),  # one pass over the index for both
+                                None if vectors is None else tf.concat(vectors, axis=0))
         whole, alone = both[:tf.shape(texts)[0]], both[tf.shape(texts)[0]:]
         mixed = alone if share == 0.0 else share * whole + (1.0 - share) * alone
         return tf.maximum(mixed, alone) if either else mixed
 
-    def _similarity(self, texts):
+    def _similarity(self, texts, vectors=None):
         texts = normalize_tf(texts)
         config = self.config
         scores = config.characters * self.characters.cosine(texts) if config.characters else 0.0
@@ -292,7 +297,7 @@ class Retriever(tf.Module):
         if config.meaning:
             scores += config.meaning * self.meaning(texts)
         if config.pretrained:
-            scores += config.pretrained * tf.gather(self.pretrained.cosine(texts), self.document_of, axis=1)
+            scores += config.pretrained * tf.gather(self.pretrained.cosine(texts, vectors), self.document_of, axis=1)
         scores /= config.total
         if self.own_rows < len(self.pairs):  # below its bar a small-talk row is as far as can be: never a neighbour, never enough
             scores = tf.where(self.strict[None] & (scores < config.small_talk_threshold), -1.0, scores)
@@ -326,26 +331,44 @@ class Retriever(tf.Module):
                 without.append(" ".join([*(q for q in asked[answer] if q != one_text(question)), answer]))
         return positions, documents, without
 
-    def own_vectors(self, questions: list[str]):
+    def own_vectors(self, questions: list[str], vectors: np.ndarray | None = None):
         """`own_documents` as the pretrained encoder's unit vectors: positions, documents, the questions' vectors
-        and their documents' without them (both unprojected)."""
+        (`vectors`' rows, if the caller has the questions' vectors) and their documents' without them (both
+        unprojected)."""
         from chatbot.pretrained import embed as pretrained_embed
 
         positions, documents, without = self.own_documents(questions)
         index = self.pretrained
-        asked = [questions[i] for i in positions]
-        return (positions, np.array(documents, np.int64),
-                pretrained_embed(index.encoder, index.tokenizer, asked, index.message_prefix),
+        asked = (np.asarray(vectors)[positions] if vectors is not None else
+                 pretrained_embed(index.encoder, index.tokenizer, [questions[i] for i in positions],
+                                  index.message_prefix))
+        return (positions, np.array(documents, np.int64), asked,
                 pretrained_embed(index.encoder, index.tokenizer, without, PRETRAINED_PREFIXES[1]))
 
-    def without_own_documents(self, questions: list[str], scores):
+    def bulk_vectors(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The pretrained encoder's vectors of many messages, and of their new messages alone (`similarity`'s
+        `vectors`), each distinct text embedded once, in batches of texts of about one length: a bulk lookup
+        (training's leave-one-out) spends most of its time here, and a batch padded to its longest text wastes
+        most of it."""
+        from chatbot.pretrained import embed as pretrained_embed
+
+        whole = tf.convert_to_tensor(texts, tf.string)
+        whole, alone = [[t.decode("utf-8") for t in normalize_tf(x).numpy()] for x in (whole, question_part_tf(whole))]
+        distinct = list(dict.fromkeys(whole + alone))
+        index = self.pretrained
+        vectors = pretrained_embed(index.encoder, index.tokenizer, distinct, index.message_prefix, batch_size=128)
+        row = {text: i for i, text in enumerate(distinct)}
+        return vectors[[row[t] for t in whole]], vectors[[row[t] for t in alone]]
+
+    def without_own_documents(self, questions: list[str], scores, vectors: np.ndarray | None = None):
         """`scores` (batch, pairs) of training `questions`, with the pretrained encoder's cosine to each one's own
         answer document taken as if the question were not in that document (leave-one-out for the document
         lever: a document that holds the question's own words finds it far more surely than a new wording
-        would). Calibration needs this; without the pretrained lever `scores` is returned as it is."""
+        would). `vectors`: the questions' own (`bulk_vectors`), if the caller has them. Calibration needs this;
+        without the pretrained lever `scores` is returned as it is."""
         if not self.config.pretrained:
             return scores
-        positions, documents, messages, without = self.own_vectors(questions)
+        positions, documents, messages, without = self.own_vectors(questions, vectors)
         if not positions:
             return scores
         index = self.pretrained
@@ -423,26 +446,43 @@ class Retriever(tf.Module):
 
     def leave_one_out(self, pairs: list[QAPair], k: int, tones, batch_size: int = 256) -> list[list[QAPair]]:
         """`neighbours` for many training questions, in batches of at most `batch_size` (`Retriever.batch_size`),
-        none with the question's own text: (len(pairs), k') pairs, nearest first. Each distinct question and tone
-        is looked up once (the schedule repeats a small set's pairs many times an epoch), by one traced
-        function. With the pretrained lever a question is also read against its own answer's document written
+        none with the question's own text: (len(pairs), k') pairs, nearest first. Each distinct question is
+        scored once (the schedule repeats a small set's pairs many times an epoch), and each of its tones looked
+        up by one traced function. With the pretrained lever the questions are embedded first, each text once and
+        sorted by length (`bulk_vectors`), and a question is also read against its own answer's document written
         without it (`without_own_documents`): else the document that holds its words puts its own answer first
         for nearly every training question, and the model learns to copy whatever it is shown."""
         batch_size = self.batch_size(batch_size)
         keys = list(zip((p.question for p in pairs), map(int, tones)))
-        asked = list(dict.fromkeys(keys))
+        tones_of: dict[str, list[int]] = {}
+        for question, tone in dict.fromkeys(keys):
+            tones_of.setdefault(question, []).append(tone)
+        questions = sorted(tones_of, key=len)  # a batch of one length pads little
         lookup = tf.function(lambda t, s, m: self.top_rows(t, k, s, leave_one_out=True, similarity=m)[0],
                              autograph=False, input_signature=[tf.TensorSpec([None], tf.string),
                                                                tf.TensorSpec([None], tf.int32),
                                                                tf.TensorSpec([None, len(self.pairs)], tf.float32)])
-        similarity = tf.function(self.similarity, autograph=False, input_signature=[tf.TensorSpec([None], tf.string)])
+        strings = tf.TensorSpec([None], tf.string)
+        if self.config.pretrained:
+            whole, alone = self.bulk_vectors(questions)
+            vector = tf.TensorSpec([None, self.pretrained.encoder.hidden], tf.float32)
+            similarity = tf.function(lambda t, w, a: self.similarity(t, (w, a)), autograph=False,
+                                     input_signature=[strings, vector, vector])
+        else:
+            similarity = tf.function(self.similarity, autograph=False, input_signature=[strings])
         found = {}
-        for first in range(0, len(asked), batch_size):
-            chunk = asked[first:first + batch_size]
-            questions, chunk_tones = zip(*chunk)
-            scores = self.without_own_documents(list(questions), similarity(tf.constant(questions)))
-            rows = lookup(tf.constant(questions), tf.constant(chunk_tones, tf.int32), scores)
-            found.update(zip(chunk, ([self.pairs[i] for i in row] for row in rows.numpy())))
+        for first in range(0, len(questions), batch_size):
+            chunk = questions[first:first + batch_size]
+            if self.config.pretrained:
+                rows = slice(first, first + batch_size)
+                scores = self.without_own_documents(chunk, similarity(tf.constant(chunk), whole[rows], alone[rows]),
+                                                    whole[rows])
+            else:
+                scores = similarity(tf.constant(chunk))
+            asked = [(i, question, tone) for i, question in enumerate(chunk) for tone in tones_of[question]]
+            where, texts, chunk_tones = zip(*asked)
+            rows = lookup(tf.constant(texts), tf.constant(chunk_tones, tf.int32), tf.gather(scores, list(where)))
+            found.update(zip(((q, t) for _, q, t in asked), ([self.pairs[i] for i in row] for row in rows.numpy())))
         return [list(found[key]) for key in keys]
 
     def to_json(self) -> bytes:
@@ -471,6 +511,27 @@ def small_talk_of(data: bytes, key: str = "small_talk") -> list[QAPair]:
     """The small talk of a retrieval index's JSON (`index_json`): what it finds under its stricter bar, or with
     `key` "hands_on", what a model built on it keeps."""
     return [QAPair(q, a, label) for q, a, label in json.loads(data.decode("utf-8")).get(key, [])]
+
+
+def index_rows(pairs: list[QAPair], small_talk: list[QAPair] = ()) -> tuple[tuple, tuple]:
+    """An index's own rows and its small talk's, in `Retriever`'s order: each pair once, small talk that is also
+    an own pair only as that."""
+    own = tuple(dict.fromkeys(pairs))
+    return own, tuple(p for p in dict.fromkeys(small_talk) if p not in set(own))
+
+
+def document_embeddings(pairs: list[QAPair], small_talk: list[QAPair], known: Retriever) -> np.ndarray:
+    """The pretrained encoder's embeddings of the answer documents of an index of `pairs` and `small_talk`, in
+    `Retriever`'s order, taking each document `known` (a retriever over some of these pairs: training's) holds
+    from it and embedding only the rest (a model directory's index adds the held-out pairs to training's)."""
+    from chatbot.pretrained import embed as pretrained_embed
+
+    documents, _ = answer_documents(tuple(dict.fromkeys(sum(index_rows(pairs, small_talk), ()))))
+    had = dict(zip(answer_documents(known.pairs)[0], known.pretrained.embeddings.numpy()))
+    missing = [d for d in documents if d not in had]
+    index = known.pretrained
+    had.update(zip(missing, pretrained_embed(index.encoder, index.tokenizer, missing, PRETRAINED_PREFIXES[1])))
+    return np.stack([had[d] for d in documents]) if documents else np.zeros((0, index.encoder.hidden), np.float32)
 
 
 def saved_embeddings(pairs: list[QAPair], encoder, tokenizer) -> np.ndarray:

@@ -33,8 +33,8 @@ from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy
 from chatbot.model import Transformer
 from chatbot.optim import transformer_optimizer
 from chatbot.pipeline import fits
-from chatbot.retrieval import (Retriever, calibrated_threshold, index_hash, index_json, saved_embeddings,
-                               small_talk_bar)
+from chatbot.retrieval import (Retriever, calibrated_threshold, document_embeddings, index_hash, index_json,
+                               saved_embeddings, small_talk_bar)
 from chatbot.schedule import fitted_to_data, learning_verdict, read_history
 from chatbot.runstate import (BACKUP_DIR, EpochBackup, PromoteFile, clear_leftovers, keep_history, note_crash,
                               prepare_state, start_state, state_dir_for)
@@ -432,10 +432,9 @@ def save(selected: Selected, data: Data, out_dir: Path, state: Path, overwrite: 
     extra = {METRICS_FILE: json.dumps(selected.metrics, indent=2).encode()}
     if config.context.retrieved:
         extra[INDEX_FILE] = index_json(pairs, data.small_talk, data.hands_on)
-        if data.pretrained is not None:  # the whole index's answer documents, embedded once here
-            index = Retriever(pairs, config.retrieval, data.encoder, data.tokenizer, pretrained=data.pretrained,
-                              small_talk=data.small_talk)
-            extra[PRETRAINED_FILE] = array_bytes(index.pretrained.embeddings.numpy().astype(np.float16))
+        if data.pretrained is not None:  # the whole index's answer documents (training's, and those held-out pairs add)
+            embeddings = document_embeddings(pairs, data.small_talk, data.retriever)
+            extra[PRETRAINED_FILE] = array_bytes(embeddings.astype(np.float16))
             if data.projection is not None:
                 extra[PROJECTION_FILE] = array_bytes(data.projection.astype(np.float32))
         config = dataclasses.replace(config, context=dataclasses.replace(config.context,

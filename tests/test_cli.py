@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from chatbot import cli, terminal
@@ -565,6 +566,12 @@ def test_a_new_csv_builds_on_the_base_model_keeps_its_vocabulary_and_reads_meani
     bot = Chatbot.load(out, compilation="graph")
     assert [p.question for p in bot.retriever.pairs] == [q for q, _, _ in faq]
     assert 0 < bot.retriever.config.threshold < 1  # calibrated on the questions that share an answer
+    # the saved embeddings are every answer document's (training's reused, the rest embedded), small talk's too
+    from chatbot.pretrained import embed
+    from chatbot.retrieval import PRETRAINED_PREFIXES, answer_documents
+    index = bot.retriever.pretrained
+    fresh = embed(index.encoder, index.tokenizer, answer_documents(bot.retriever.pairs)[0], PRETRAINED_PREFIXES[1])
+    assert np.allclose(index.embeddings.numpy(), fresh, atol=2e-3)  # saved as float16
 
 
 def test_network_flags_without_from_scratch_and_a_missing_base_are_one_error_line(tmp_path, capsys):

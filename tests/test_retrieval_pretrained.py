@@ -69,6 +69,23 @@ def test_e5_similarity_in_a_graph_is_the_cosine_to_each_rows_answer_document(faq
     np.testing.assert_array_equal(again.pretrained.embeddings.numpy(), saved)
 
 
+@pytest.mark.slow
+def test_leave_one_out_embeds_in_bulk_what_the_graph_embeds_one_batch_at_a_time(faq, e5):
+    """Training's leave-one-out embeds each distinct text once, sorted by length (`bulk_vectors`), and finds the
+    rows the graph finds (a follow-up with its conversation too, scored whole and alone)."""
+    retriever = Retriever(faq, E5_ONLY, pretrained=e5)
+    texts = [p.question for p in faq[:12]] + ["응\x1e몇 시까지 하나요?\x1e저녁에 가도 돼요?"]
+    vectors = retriever.bulk_vectors(texts)
+    np.testing.assert_allclose(retriever.similarity(tf.constant(texts), vectors).numpy(),
+                               retriever.similarity(tf.constant(texts)).numpy(), atol=1e-4)
+    pairs = faq[:12]
+    found = retriever.leave_one_out(pairs, 2, [-1] * len(pairs), batch_size=5)
+    questions = [p.question for p in pairs]
+    scores = retriever.without_own_documents(questions, retriever.similarity(tf.constant(questions)))
+    top = retriever.top_rows(tf.constant(questions), 2, leave_one_out=True, similarity=scores)[0].numpy()
+    assert [[p.answer for p in row] for row in found] == [[retriever.pairs[i].answer for i in row] for row in top]
+
+
 def test_a_pretrained_weight_needs_the_pretrained_encoder(faq):
     with pytest.raises(ValueError, match="pretrained"):
         Retriever(faq, E5_ONLY)
