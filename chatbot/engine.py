@@ -4,14 +4,15 @@
         ->  prepare (strings -> encoder ids and retrieved answers, a plain graph: XLA compiles no string ops)
         ->  the plan's compiled function (one per Plan, memoized: the encoder pass, the key/value-cached loop
             over `step` with the plan's sampler, beam ranking, the optional rerank; XLA when the plan says so)
-        ->  postprocess (detokenize, cut a runaway repeat once, the crisis reply: the list, then, if asked for,
-            e5's classifier)
+        ->  the cut (a phrase said twice in a row or a runaway loop said once: `repeat_cut`), the fallback and
+            detokenizing, in the same graph
+        ->  postprocess (the crisis reply: the list, then, if asked for, e5's classifier)
 
 Owns: `Chatbot` (the Python API: `reply`, `reply_batch`, `stream`, `attention`, `provenance`, `in_context`,
 `warm_up`), the one validation of a request (`Chatbot.request`), `Plan` and `Options` (the static options that key
 a compiled function, and the options that are tensors, so changing them never recompiles), `Compilation` (eager,
 graph, xla, or xla once warmed up) and every warm-up and background trace, the bounded cache of compiled
-functions, `runaway_cut` and its graph twin, `Provenance`, and the naive full-recompute decoder (`naive_reply`,
+functions, `repeat_cut`, `Provenance`, and the naive full-recompute decoder (`naive_reply`,
 every strategy) kept beside the cached one as its test oracle. Must not touch Gradio, parse flags or import
 training code.
 """
@@ -38,7 +39,7 @@ from chatbot.samplers import NEG_INF, process_logits, sampler_for
 from chatbot.text import check_history, check_questions, conversation, normalize, question_part, with_context
 from chatbot.tokenizer import END_ID, PAD_ID, START_ID, Tokenizer
 
-__all__ = ["Chatbot", "Compilation", "Plan", "Options", "Request", "runaway_cut", "runaway_cut_graph"]
+__all__ = ["Chatbot", "Compilation", "Plan", "Options", "Request", "repeat_cut"]
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # batches are padded to these many rows (XLA shapes)
 COMPILED_KEPT = 8  # plans whose compiled functions are kept (the defaults and a few others)
@@ -170,30 +171,60 @@ class CompiledCache:
 # -- postprocess: what a user reads ---------------------------------------------------------------------------
 
 
-def runaway_cut(ids: list[int], copies: int = 3) -> int | None:
-    """Where to cut a reply that ran to its length limit without an end token while repeating itself
-    ("있어요 있어요 있어요 ..."): after the first of the `copies` or more repeats of a block of 1-8 tokens at its
-    end. None for a reply that ended (or is padded) or does not end in such a loop."""
-    if not ids or END_ID in ids or PAD_ID in ids:
-        return None
-    for period in range(1, 9):
-        repeats = 1
-        while (repeats + 1) * period <= len(ids) and \
-                ids[len(ids) - (repeats + 1) * period:len(ids) - repeats * period] == ids[len(ids) - period:]:
-            repeats += 1
-        if repeats >= copies:
-            return len(ids) - (repeats - 1) * period
-    return None
+REPEATED_PHRASE = 3  # tokens: a phrase at least this long said twice in a row is said once ("이유가 있지 않을까요." x2)
+RUNAWAY_PERIOD = 8  # tokens: a shorter block repeated to the length limit ("있어요 있어요 있어요 ...") is cut too
 
 
-def runaway_cut_graph(ids: tf.Tensor, copies: int = 3) -> tf.Tensor:
-    """`runaway_cut` for a batch of reply ids (batch, max_length) in the graph (the SavedModel's): each row's length
-    once a reply that ran to the limit in a loop is cut after its first copy (the row's full length otherwise)."""
+def repeat_cut(ids: tf.Tensor) -> tf.Tensor:
+    """Where each reply stops being worth reading: reply ids (batch, max_length), padded after the end token, ->
+    the number of tokens to keep (batch,) int32, max_length where nothing is cut. The earlier of two cuts: a
+    phrase said twice in a row is said once (`phrase_cut`), and a loop run to the length limit is cut after its
+    first copy (`runaway_cut`).
+
+    One graph function for every entry point: the reply graph runs it before the fallback (`with_fallback`: `reply`,
+    `reply_batch`, the naive oracle, the SavedModel), and `stream` on each growing prefix (padded), so it stops
+    where `reply` cuts."""
+    ids = tf.convert_to_tensor(ids, tf.int32)
+    return tf.minimum(phrase_cut(ids), runaway_cut(ids))
+
+
+def _ended_at(ids: tf.Tensor) -> tf.Tensor:
+    """The tokens before each row's end token or padding (batch,) int32 (max_length: none)."""
+    ended = (ids == END_ID) | (ids == PAD_ID)
+    return tf.where(tf.reduce_any(ended, axis=1), tf.argmax(tf.cast(ended, tf.int32), axis=1, output_type=tf.int32),
+                    ids.shape[1])
+
+
+def phrase_cut(ids: tf.Tensor) -> tf.Tensor:
+    """A phrase of REPEATED_PHRASE or more tokens said twice in a row ("이유가 있지 않을까요. 이유가 있지 않을까요.")
+    is said once: the reply ends after its first copy, at the first place such a pair ends (the shortest phrase,
+    if several end there). Reply ids (batch, max_length) -> tokens kept (batch,), max_length where none is."""
     length = ids.shape[1]
-    ran_out = tf.reduce_all((ids != END_ID) & (ids != PAD_ID), axis=1)
+    valid = _ended_at(ids)
+    cut = tf.fill(tf.shape(ids)[:1], length)
+    earliest = tf.fill(tf.shape(ids)[:1], length + 1)  # where the first pair found so far ends
+    for period in range(REPEATED_PHRASE, length // 2 + 1):
+        same = tf.cast(ids[:, :-period] == ids[:, period:], tf.int32)  # token i equals token i + period
+        runs = tf.pad(tf.cumsum(same, axis=1), [[0, 0], [1, 0]])
+        pair = runs[:, period:] - runs[:, :-period] == period  # tokens j..j+period-1 say again what follows them
+        ends = tf.range(length - 2 * period + 1)[None] + 2 * period  # where the pair that starts at j ends
+        found = pair[:, :length - 2 * period + 1] & (ends <= valid[:, None])
+        first = tf.reduce_min(tf.where(found, ends, length + 1), axis=1)
+        better = first < earliest
+        cut = tf.where(better, first - period, cut)
+        earliest = tf.where(better, first, earliest)
+    return cut
+
+
+def runaway_cut(ids: tf.Tensor, copies: int = 3) -> tf.Tensor:
+    """A reply that ran to its length limit without an end token while repeating a block of 1-RUNAWAY_PERIOD
+    tokens `copies` or more times ("있어요 있어요 있어요 ...") ends after the block's first copy. Reply ids
+    (batch, max_length) -> tokens kept (batch,), max_length where none is."""
+    length = ids.shape[1]
+    ran_out = _ended_at(ids) == length
     cut = tf.fill(tf.shape(ids)[:1], length)
     found = tf.zeros_like(ran_out)
-    for period in range(1, 9):  # the shortest looping block wins, as in `runaway_cut`
+    for period in range(1, RUNAWAY_PERIOD + 1):  # the shortest looping block wins
         tail, repeats, going = ids[:, length - period:], tf.ones_like(cut), tf.ones_like(ran_out)
         for back in range(1, length // period):
             block = ids[:, length - (back + 1) * period:length - back * period]
@@ -271,6 +302,9 @@ class Chatbot:
         self._compiled, self._prepare_graphs = CompiledCache(COMPILED_KEPT), CompiledCache(COMPILED_KEPT)
         self._stream_graphs = CompiledCache(COMPILED_KEPT)
         self._provenance = Provenance(retriever)
+        # a streamed reply's growing prefix (padded) through the cut its whole reply gets: one traced graph
+        self._cut = tf.function(repeat_cut, input_signature=[tf.TensorSpec([None, self.max_length], tf.int32)],
+                                autograph=False)
         # whether a streamed question gets the fallback: one traced graph, not the encoder op by op each time
         self._confident = None if retriever is None else tf.function(
             retriever.confident, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
@@ -393,20 +427,17 @@ class Chatbot:
 
     def reply_ids(self, texts: list[str], tone=None, settings: GenerationConfig | None = None,
                   **decoding) -> np.ndarray:
-        """The reply ids (batch, max_length) as the compiled loop writes them, before `postprocess`."""
+        """The reply ids (batch, max_length) of the reply graph: cut (`repeat_cut`) and the fallback's rows empty,
+        before `postprocess`."""
         request = self.request(texts, tone, settings, **decoding)
         return self.generate(request.texts, request.tones, self.options(request.settings), request.plan)[0].numpy()
 
     def postprocess(self, texts: list[str], ids, strings=None) -> list[str]:
-        """Reply ids (batch, max_length) as the strings users get: detokenized (`strings`: the graph's, when at
-        hand), a reply that ran to its limit in a loop cut (`runaway_cut`), and the fixed crisis reply where the
-        question may signal self-harm, suicide or abuse (`chatbot.safety`): no setting or training row changes it."""
+        """Reply ids (batch, max_length), already cut (`with_fallback`), as the strings users get: detokenized
+        (`strings`: the graph's, when at hand), and the fixed crisis reply where the question may signal self-harm,
+        suicide or abuse (`chatbot.safety`): no setting or training row changes it."""
         strings = self.tokenizer.detokenize(ids) if strings is None else strings
         replies = [reply.decode("utf-8") for reply in strings.numpy()]
-        for row, reply_ids in enumerate(np.asarray(ids).tolist()):
-            cut = runaway_cut(reply_ids)
-            if cut is not None:
-                replies[row] = self.tokenizer.decode([reply_ids[:cut]])[0]
         return [crisis or reply for crisis, reply in zip(self._crisis(texts), replies)]
 
     def _crisis(self, texts: list[str]) -> list[str | None]:
@@ -423,12 +454,6 @@ class Chatbot:
             replies[row] = self._crisis_replies.get(kind)
         return replies
 
-    def postprocess_graph(self, ids, strings):
-        """`postprocess`'s cut in the graph, for the SavedModel (its crisis check is `export`'s graph twin)."""
-        cut = runaway_cut_graph(ids)
-        shortened = self.tokenizer.detokenize(tf.where(tf.range(tf.shape(ids)[1])[None] < cut[:, None], ids, PAD_ID))
-        return tf.where(cut < tf.shape(ids)[1], shortened, strings)
-
     def stream(self, text: str, tone=None, settings: GenerationConfig | None = None, history=None,
                **decoding) -> Iterator[str]:
         """Yield the growing reply, one token at a time (each step is one graph call); `history` as for `reply`.
@@ -444,19 +469,20 @@ class Chatbot:
             return
         options = self.options(request.settings)
         if request.plan.strategy == "beam" or request.plan.candidates:
-            ids = self.generate(request.texts, request.tones, options, request.plan)[0]
+            ids = self.generate(request.texts, request.tones, options, request.plan)[0]  # cut as `reply` cuts
             yield from self._revealed(trim(ids.numpy())[0])
             return
         yield from self._streamed_text(self._tokens(text, tone, options, request.plan))
 
     def _streamed_text(self, tokens: Iterator[int]) -> Iterator[str]:
-        """The growing reply as its tokens arrive, each time its text changes ("" for an empty reply). A reply that
-        ran to `max_length` in a loop ends as `runaway_cut` cuts it: what `reply` gives."""
+        """The growing reply as its tokens arrive, each time its text changes ("" for an empty reply). Each prefix
+        goes through `repeat_cut` as `reply`'s whole reply does: where it cuts, the stream ends with the cut text,
+        what `reply` gives."""
         pieces, previous, ids = [], "", []
         for token in tokens:
             ids.append(token)
-            cut = runaway_cut(ids) if len(ids) == self.max_length else None
-            if cut is not None:
+            cut = int(self._cut(np.array([ids + [PAD_ID] * (self.max_length - len(ids))], np.int32))[0])
+            if cut < len(ids):
                 yield self.tokenizer.decode([ids[:cut]])[0]
                 return
             pieces.append(self.tokenizer.piece_text(token))
@@ -615,10 +641,12 @@ class Chatbot:
         return self.rerank(prepared, cross_cache, replies, options) if plan.candidates else replies
 
     def with_fallback(self, ids, confident):
-        """Reply ids (batch, max_length) and strings (batch,), where a question with no training question close
-        enough (`confident` 0) gets the fallback reply (and no ids: nothing of the model's own reply is kept)."""
+        """Reply ids (batch, max_length) and strings (batch,): each reply cut where `repeat_cut` cuts it (padding
+        after), and where a question has no training question close enough (`confident` 0), the fallback reply
+        (and no ids: nothing of the model's own reply is kept)."""
         unsure = confident < 0.5
-        ids = tf.where(unsure[:, None], PAD_ID, ids)
+        kept = tf.range(tf.shape(ids)[1])[None] < repeat_cut(ids)[:, None]
+        ids = tf.where(unsure[:, None] | ~kept, PAD_ID, ids)
         strings = self.tokenizer.detokenize(ids)
         return ids, strings if self.retriever is None else tf.where(unsure, self.retriever.config.fallback, strings)
 

@@ -6,8 +6,8 @@ against the retrieved answers (`candidates`, as `Chatbot.reply` by default) and 
 the graph (`serve_with_tone` the same with a tone per question, and `serve_with_history` with the
 conversation before each question as well), so the SavedModel
 answers in a process that imports only `tensorflow` and `tensorflow_text` (and serves under
-TensorFlow Serving). A reply that ran to its limit in a loop is cut as `Chatbot.reply` cuts it (the engine's
-`postprocess_graph`), and a
+TensorFlow Serving). A repeated phrase or a runaway loop is cut as `Chatbot.reply` cuts it (the engine's
+`repeat_cut`, in the same reply graph), and a
 message that may signal a crisis gets `chatbot.safety`'s reply (the list, then, with e5 loaded, `chatbot.crisis`'s
 classifier), both in the graph. Must not depend on
 Python-side tokenization.
@@ -66,8 +66,7 @@ class ReplyModule(tf.Module):
 
     def _replies(self, texts, tones):
         """Each text (a message, with its conversation joined by `TURN`) -> its reply, the crisis reply included."""
-        ids, replies = self._bot.generate(texts, tones, self._options, self._plan)  # the fallback included
-        replies = self._bot.postprocess_graph(ids, replies)
+        _, replies = self._bot.generate(texts, tones, self._options, self._plan)  # the cut and the fallback included
         messages = question_part_tf(texts)
         classes = None
         if self.crisis_head is not None:  # e5 loaded: the classifier by meaning, after the list (`chatbot.crisis`)

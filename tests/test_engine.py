@@ -328,6 +328,22 @@ def test_a_tone_changes_the_reply_of_a_model_that_learned_tones_and_nothing_othe
     assert untoned.reply("헤어졌어", tone="sad") == plain  # a model without tones ignores it
 
 
+def test_a_looping_reply_is_said_once_alike_by_reply_batch_stream_and_beams(tiny_bot):
+    """A `ToyModel` that says its phrase over and over to the length limit: every entry point says it once (the
+    reply graph's `repeat_cut`; the stream runs the same cut on each prefix), greedy and with beams alike."""
+    from toy_model import PLAIN_REPLY as phrase, toned_chatbot
+
+    bot = toned_chatbot(tiny_bot.tokenizer)
+    ids = bot.tokenizer.encode([phrase])[0]
+    bot.model.follows(ids[-1], {ids[0]: 10.0})  # after the phrase, the phrase again instead of the end token
+    assert bot.reply("안녕") == phrase
+    for decoding in ({}, {"strategy": "beam", "num_beams": 2}):
+        assert bot.reply_batch(["안녕", "반가워"], **decoding) == [phrase, phrase]
+        streamed = list(bot.stream("안녕", **decoding))
+        assert streamed[-1] == phrase and all(phrase.startswith(part) or part.startswith(phrase)
+                                              for part in streamed)
+
+
 def test_a_message_no_training_question_is_near_gets_the_fallback_everywhere(tiny_bot):
     """Below the calibrated threshold the reply is the fallback, from `reply`, a batch and a stream alike, and
     the details say so; a message that may signal a crisis still gets the crisis reply."""

@@ -50,22 +50,50 @@ def test_saved_model_answers_like_chatbot_without_the_package(tiny_bot, tiny_sav
     assert followed[0] == follow_up_answer("d1") and followed[2] == tiny_bot.reply("응")
 
 
-def test_the_graphs_runaway_cut_cuts_where_chatbot_reply_cuts():
-    """A reply that ran to its limit in a loop ("있어요 있어요 있어요 ...") is cut the same way in the SavedModel."""
+def reference_cut(row: list[int], copies: int = 3) -> int:
+    """`repeat_cut` for one row, written plainly: the earliest end of a phrase of 3+ tokens said twice in a row
+    (keep its first copy), or a loop of a 1-8 token block run to the limit (keep its first copy); the earlier."""
+    from chatbot.tokenizer import END_ID, PAD_ID
+
+    length = len(row)
+    valid = next((i for i, t in enumerate(row) if t in (END_ID, PAD_ID)), length)
+    cut = length
+    for end in range(6, valid + 1):
+        pairs = [p for p in range(3, end // 2 + 1) if row[end - 2 * p:end - p] == row[end - p:end]]
+        if pairs:
+            cut = end - pairs[0]
+            break
+    if valid == length:
+        for period in range(1, 9):
+            repeats = 1
+            while (repeats + 1) * period <= length and \
+                    row[length - (repeats + 1) * period:length - repeats * period] == row[length - period:]:
+                repeats += 1
+            if repeats >= copies:
+                return min(cut, length - (repeats - 1) * period)
+    return cut
+
+
+def test_repeat_cut_says_a_repeated_phrase_once_and_cuts_a_runaway_loop():
+    """One graph function (the reply graph, the SavedModel and the stream run it) against a plain reading."""
     import numpy as np
     import tensorflow as tf
 
-    from chatbot.engine import runaway_cut, runaway_cut_graph  # the SavedModel runs the graph twin
+    from chatbot.engine import repeat_cut
 
     length, rng = 16, np.random.default_rng(0)
     rows = [[5 + (i % 3) for i in range(length)],  # a 3-token loop
             [9] * length,  # one token, over and over
             [4, 8, *([6, 7] * 7)],  # a prefix, then a 2-token loop
-            [*rng.integers(4, 50, length - 4), 2, 0, 0, 0],  # ended: never cut
-            [7, 7, *rng.integers(4, 50, length - 2)],  # no loop at its end
-            [*rng.integers(4, 50, 10), *([11, 12, 13] * 2)]]  # two copies only: not a runaway
-    rows += [list(rng.integers(4, 7, length)) for _ in range(200)]  # few tokens: loops of every period
+            [*rng.integers(4, 50, length - 4), 2, 0, 0, 0],  # ended: nothing repeated
+            [7, 7, *rng.integers(4, 50, length - 2)],  # a 1-token repeat is not a phrase
+            [*rng.integers(4, 50, 10), *([11, 12, 13] * 2)],  # a phrase said twice: said once
+            [20, 21, 22, 23, 20, 21, 22, 23, 2, *[0] * 7],  # a 4-token phrase twice, then the end: once
+            [20, 21, 20, 21, 2, *[0] * 11],  # a 2-token pair ("네 네"): kept
+            [20, 21, 22, 2, 20, 21, 22, *[0] * 9]]  # the copy after the end token: not the reply's
+    rows += [list(rng.integers(4, 7, length)) for _ in range(200)]  # few tokens: repeats of every length
+    rows += [[*rng.integers(4, 9, int(n)), 2, *[0] * (length - 1 - int(n))] for n in rng.integers(1, 15, 100)]
     ids = np.array(rows, np.int32)
-    expected = [length if runaway_cut(row) is None else runaway_cut(row) for row in ids.tolist()]
-    assert runaway_cut_graph(tf.constant(ids)).numpy().tolist() == expected
-    assert expected[:6] == [4, 1, 4, length, length, length]  # "567 567 ... 5" keeps "5675"
+    expected = [reference_cut(row) for row in ids.tolist()]
+    assert repeat_cut(tf.constant(ids)).numpy().tolist() == expected
+    assert expected[:9] == [3, 1, 4, length, length, 13, 4, length, length]

@@ -156,13 +156,13 @@ def test_same_seed_same_model_and_loaded_tokenizers_survive_training(tmp_path, t
 
 
 @pytest.mark.slow  # a short training run
-def test_a_run_that_did_not_learn_says_so_and_keeps_every_character_and_never_runs_away(tmp_path, monkeypatch):
+def test_a_run_that_did_not_learn_says_so_keeps_every_character_and_its_loops_are_cut(tmp_path, monkeypatch):
     """A run cut to a few steps at a tiny learning rate: `train` says in one line that it did not learn and
     metrics.json records it, from its losses alone (decoding replies to check their variety would only cost
     time). Its vocabulary holds every character of every pair, validation pairs included (a rare one lives
-    only there), and its replies never loop to their length limit."""
+    only there), and what a user reads of its looping replies is each cut once (`repeat_cut`)."""
     import chatbot.evaluate
-    from chatbot.engine import Chatbot, runaway_cut
+    from chatbot.engine import Chatbot, repeat_cut, trim
 
     def decoded(*_):
         raise AssertionError("the losses already said the run did not learn: nothing to decode")
@@ -184,5 +184,11 @@ def test_a_run_that_did_not_learn_says_so_and_keeps_every_character_and_never_ru
     bot = Chatbot.load(out, compilation="eager")  # one batch: running it op by op costs less than tracing
     texts = [p.answer for p in pairs] + [p.question for p in pairs]
     assert bot.tokenizer.decode(bot.tokenizer.encode(texts)) == texts
-    for reply in bot.reply_batch([p.question for p in pairs], candidates=0):
-        assert runaway_cut(bot.tokenizer.encode([reply])[0]) is None
+    request = bot.request([p.question for p in pairs], candidates=0)
+    written = bot.loop(bot.prepare(request.texts, request.tones, request.plan), bot.options(request.settings),
+                       request.plan)  # the loop's own ids, before any cut
+    # an unlearned model loops and says phrases twice; what a user reads is each cut where `repeat_cut` cuts it
+    cuts = repeat_cut(written).numpy()
+    assert (cuts < bot.max_length).any()
+    expected = bot.tokenizer.decode([row[:cut] for row, cut in zip(trim(written.numpy()), cuts)])
+    assert bot.reply_batch([p.question for p in pairs], candidates=0) == expected
