@@ -54,7 +54,6 @@ class Plan:
 
     strategy: str = "greedy"
     num_beams: int = 1  # more than one only for beam search
-    no_repeat_ngram_size: int = 0
     candidates: int = 0  # retrieved answers weighed against the generated reply (0: the reply as decoded)
     jit: bool = False
 
@@ -62,7 +61,7 @@ class Plan:
     def of(cls, settings: GenerationConfig, retrievable: int, jit: bool) -> "Plan":
         """The plan for `settings`, where `retrievable` answers can be retrieved (0 without an index)."""
         return cls(settings.strategy, settings.num_beams if settings.strategy == "beam" else 1,
-                   settings.no_repeat_ngram_size, min(settings.candidates, retrievable), jit)
+                   min(settings.candidates, retrievable), jit)
 
 
 class Options(NamedTuple):
@@ -77,6 +76,7 @@ class Options(NamedTuple):
     agreement: tf.Tensor
     mbr: tf.Tensor
     seed: tf.Tensor
+    no_repeat_ngram_size: tf.Tensor  # 0: none
 
     @classmethod
     def of(cls, settings: GenerationConfig, max_length: int, seed: int) -> "Options":
@@ -85,11 +85,12 @@ class Options(NamedTuple):
                    tf.constant(settings.temperature, tf.float32), tf.constant(settings.top_k),
                    tf.constant(settings.top_p, tf.float32), tf.constant(settings.repetition_penalty, tf.float32),
                    tf.constant(settings.length_penalty, tf.float32), tf.constant(settings.agreement, tf.float32),
-                   tf.constant(settings.mbr, tf.float32), tf.constant(seed))
+                   tf.constant(settings.mbr, tf.float32), tf.constant(seed),
+                   tf.constant(settings.no_repeat_ngram_size))
 
 
 OPTIONS_SIGNATURE = Options(*(tf.TensorSpec([], dtype) for dtype in (
-    tf.int32, tf.float32, tf.int32, tf.float32, tf.float32, tf.float32, tf.float32, tf.float32, tf.int32)))
+    tf.int32, tf.float32, tf.int32, tf.float32, tf.float32, tf.float32, tf.float32, tf.float32, tf.int32, tf.int32)))
 
 
 class Request(NamedTuple):
@@ -597,7 +598,7 @@ class Chatbot:
         ask the plan's sampler for the next token and write it at index + 1; the cached and the naive decoder
         share it, so they differ only in how the logits are computed."""
         logits = process_logits(logits, state.tokens, state.index, state.seen, state.finished,
-                                options.repetition_penalty, plan.no_repeat_ngram_size)
+                                options.repetition_penalty, options.no_repeat_ngram_size)
         chosen, parents, scores = sampler_for(plan).next(logits, state.scores, state.index, options)
         if plan.num_beams > 1:  # a new row may continue another row of its question: move the rows along
             state = state._replace(tokens=tf.gather(state.tokens, parents), finished=tf.gather(state.finished, parents),
@@ -722,8 +723,8 @@ class Chatbot:
         steps are plain graphs whatever the compilation (op by op where `op_by_op(plan)`): a step is milliseconds
         either way, while an XLA compilation per encoder length would keep the first streamed reply waiting."""
         begin, step = (self._build_stream(plan, traced=False) if self.op_by_op(plan) else
-                       self._stream_graphs.get(Plan(plan.strategy, plan.num_beams, plan.no_repeat_ngram_size,
-                                                    plan.candidates), lambda: self._build_stream(plan)))
+                       self._stream_graphs.get(Plan(plan.strategy, plan.num_beams, plan.candidates),
+                                               lambda: self._build_stream(plan)))
         state = begin(tf.constant([text]), tf.constant([tone], tf.int32))
         for _ in range(int(options.steps)):
             state = step(state, options)

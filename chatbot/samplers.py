@@ -31,25 +31,24 @@ def apply_repetition_penalty(logits, seen, penalty):
     return tf.where(seen, penalised, logits)
 
 
-def ban_repeated_ngrams(logits, tokens, index, n: int):
+def ban_repeated_ngrams(logits, tokens, index, n):
     """Forbid any token that would repeat an n-gram already in `tokens[:, :index + 1]`.
 
-    `tokens` (batch, length) holds the start token and the reply so far; `index` is the position
-    of the last written token; `n` is static (a Python int), so each size compiles once.
-    """
-    if n <= 0:
-        return logits
+    `tokens` (batch, length) holds the start token and the reply so far; `index` is the position of the last
+    written token; `n` is a scalar int tensor (below 2: no ban), so one compiled loop serves every size."""
+    n = tf.convert_to_tensor(n, tf.int32)
     length = tokens.shape[1]
-    windows = length - n + 1  # n-gram start positions j; the gram is tokens[j : j + n]
-    grams = tf.stack([tokens[:, k:k + windows] for k in range(n - 1)], axis=-1)  # (batch, windows, n-1)
-    followers = tokens[:, n - 1:]  # (batch, windows): the token completing each gram
-    prefix_at = tf.clip_by_value(index - (n - 2) + tf.range(n - 1), 0, length - 1)
-    prefix = tf.gather(tokens, prefix_at, axis=1)  # the last n-1 tokens
-    matches = tf.reduce_all(grams == prefix[:, None, :], axis=-1)
-    matches &= (tf.range(windows) <= index - n + 1)[None]  # only grams already complete
+    starts = tf.range(length)[:, None]  # where a gram starts (j)
+    offsets = tf.range(length - 1)[None]  # its first n - 1 tokens (k < n - 1)
+    last = tf.clip_by_value(index - (n - 2) + tf.range(length - 1), 0, length - 1)  # the last n - 1 written
+    gram = tf.gather(tokens, tf.clip_by_value(starts + offsets, 0, length - 1), axis=1)  # (batch, j, k)
+    same = (gram == tf.gather(tokens, last, axis=1)[:, None, :]) | (offsets >= n - 1)[None]
+    complete = (tf.range(length) <= index - n + 1) & (tf.range(length) + n - 1 < length)  # a gram already written
+    matches = tf.reduce_all(same, axis=-1) & complete[None]  # (batch, j)
+    followers = tf.gather(tokens, tf.clip_by_value(tf.range(length) + n - 1, 0, length - 1), axis=1)
     banned = tf.reduce_any(tf.one_hot(followers, tf.shape(logits)[-1], on_value=True, off_value=False)
                            & matches[..., None], axis=1)
-    return tf.where(banned, NEG_INF, logits)
+    return tf.where(banned & (n >= 2), NEG_INF, logits)
 
 
 def only_padding_when_finished(logits, finished):
@@ -58,7 +57,7 @@ def only_padding_when_finished(logits, finished):
     return tf.where(finished[:, None], only_pad[None], logits)
 
 
-def process_logits(logits, tokens, index, seen, finished, repetition_penalty, no_repeat_ngram_size: int):
+def process_logits(logits, tokens, index, seen, finished, repetition_penalty, no_repeat_ngram_size):
     logits = suppress_special(logits, index)
     logits = apply_repetition_penalty(logits, seen, repetition_penalty)
     logits = ban_repeated_ngrams(logits, tokens, index, no_repeat_ngram_size)

@@ -5,7 +5,7 @@ each while the model decodes them in batches. No thread of its own: one caller a
 decoding everything waiting, grouped by model, tone and decoding settings, until its own reply is
 done; then it hands the lead to the oldest waiting caller and returns, so no caller's reply waits
 behind batches that arrived after it. A request whose settings have no traced graph yet (a new
-`no_repeat_ngram_size` or `candidates`, seconds of tracing) is decoded in its own thread instead, so it
+beam width or `candidates`, seconds of tracing) is decoded in its own thread instead, so it
 never holds up the requests whose graph is ready. Each request is checked once, by the model
 (`Chatbot.request`), in that request's thread, before it joins a batch, so a question or an option the model
 refuses fails only its own caller; a batch decodes the checked requests as they are (`Chatbot.answer`), and

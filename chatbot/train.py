@@ -234,6 +234,9 @@ def prepare_data(run: Run, base: Base | None, replicas: int, log, small_talk: li
         encoder = base.encoder if base is not None else _sentence_encoder(run.state, tokenizer, train_pairs, config, log)
     if config.context.retrieved and config.retrieval.pretrained:
         pretrained = _pretrained(base, log)
+        log(f"multilingual-e5-small reads the {len({p.answer for p in train_pairs}):,} answer documents, then each of "
+            f"the {len({p.question for p in train_pairs}):,} training questions against them (about 10 ms a text on "
+            f"two cores)")
     retriever = (Retriever(train_pairs, config.retrieval, encoder, tokenizer, pretrained=pretrained,
                            small_talk=small_talk) if config.context.retrieved else None)
     projection = retriever.fit_projection() if pretrained is not None else None

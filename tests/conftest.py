@@ -77,6 +77,7 @@ LONGEST_FIRST = [
     "test_bench.py",  # 56
     "test_train.py",  # 51
     "test_runstate.py",  # 36
+    "test_tutorial_notebook.py",  # 30
     "test_selection.py",  # 31
     "test_rerank.py",  # 21
     "test_export.py",  # 20

@@ -217,6 +217,32 @@ def test_agreement_leaves_greedy_alone(tiny_bot):
     assert tiny_bot.reply_batch(QUESTIONS[:12], agreement=50.0) == tiny_bot.reply_batch(QUESTIONS[:12])
 
 
+@pytest.mark.slow  # a bot of its own, three plans traced and 84 replies
+def test_a_client_sweeping_every_tensor_setting_builds_no_new_graph(tiny_model_dir):
+    """Settings that need no new shape are tensors of the plan's one function: twelve values of each (n-gram size,
+    repetition penalty; temperature, top-k, top-p under sampling; length penalty, agreement under beams) keep the
+    three plans' graphs and trace nothing more, so such a sweep costs no memory."""
+    bot = Chatbot.load(tiny_model_dir, compilation="graph")
+    sweeps = {(): {"no_repeat_ngram_size": [0, *range(2, 13)], "repetition_penalty": [1 + i / 4 for i in range(12)]},
+              (("strategy", "sample"),): {"temperature": [0.2 + i / 4 for i in range(12)], "top_k": list(range(12)),
+                                          "top_p": [0.3 + i / 20 for i in range(12)]},
+              (("strategy", "beam"), ("num_beams", 2)): {"length_penalty": [i / 4 for i in range(12)],
+                                                          "agreement": [float(i) for i in range(12)]}}
+    for plan, settings in sweeps.items():
+        bot.reply("배고파", seed=1, **dict(plan))
+    def traced():
+        return sorted(((plan, bot._compiled.peek(plan).experimental_get_tracing_count()) for plan in bot.compiled_plans),
+                      key=repr)
+
+    before = traced()
+    assert len(before) == 3 and all(count == 1 for _, count in before)
+    for plan, settings in sweeps.items():
+        for name, values in settings.items():
+            for value in values:
+                assert isinstance(bot.reply("배고파", seed=1, **dict(plan), **{name: value}), str)
+    assert traced() == before
+
+
 SWEEP_KEPT = 3  # the sweep's process keeps fewer plans than COMPILED_KEPT, so fewer tracings fill its cache
 SWEEP = f"""
 import gc, json, sys
@@ -231,7 +257,7 @@ def resident_mib():
         return int(statm.read().split()[1]) * 4096 / 2**20
 
 bot = Chatbot.load(sys.argv[1], compilation="graph")
-sweep = [dict(no_repeat_ngram_size=n) for n in range(2, 8)]  # alike functions, so each costs about the same
+sweep = [dict(strategy="beam", num_beams=n) for n in range(2, 8)]  # alike functions, so each costs about the same
 bot.reply("배고파")
 rss = [resident_mib()]
 for options in sweep:
@@ -244,7 +270,7 @@ print(json.dumps({{"rss": rss, "kept": [len(bot.compiled_plans)]}}))
 
 @pytest.mark.slow  # a TensorFlow subprocess tracing 7 decoding functions
 def test_sweeping_valid_static_options_keeps_memory_bounded(tiny_model_dir):
-    """Each n-gram size (as each candidate count) is a function of its own, traced and kept: every one is a valid
+    """Each beam count (as each candidate count) is a function of its own, traced and kept: every one is a valid
     option, so without a bound any caller could grow the process by tens of MB a request. Measured in a
     process of its own, so that nothing else the test worker did moves its memory."""
     import json
@@ -450,7 +476,7 @@ def test_the_apps_compilation_decodes_a_visitors_new_settings_op_by_op_and_trace
     op by op and traced decoding write the same reply is `test_an_eager_bot_replies_as_the_graph_does_without_tracing_anything`'s.)"""
     bot = Chatbot.load(tiny_model_dir, compilation="warmed")
     ran = stages_run(bot)
-    sweep = [dict(no_repeat_ngram_size=n, candidates=c) for n, c in ((2, 0), (3, 1))]
+    sweep = [dict(strategy="beam", num_beams=2, no_repeat_ngram_size=2), dict(candidates=1, no_repeat_ngram_size=3)]
     for settings in sweep:
         before = len(ran)
         reply = bot.reply("배고파", **settings)

@@ -14,7 +14,8 @@ VOCAB = NUM_SPECIAL + 6
 
 
 def options(**changes):
-    values = dict(steps=10, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0, length_penalty=1.0, agreement=0.0, mbr=0.0, seed=0)
+    values = dict(steps=10, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0, length_penalty=1.0, agreement=0.0, mbr=0.0, seed=0,
+                  no_repeat_ngram_size=0)
     values.update(changes)
     return Options(*(tf.constant(values[name], tf.float32 if isinstance(values[name], float) else tf.int32)
                      for name in Options._fields))
@@ -114,3 +115,29 @@ def test_top_p_draws_only_from_the_smallest_set_that_reaches_it():
     assert drawn(0.4) == {first}
     assert drawn(0.7) == {first, second}
     assert drawn(1.0) == {first, second, third}
+
+
+def test_the_ngram_ban_is_one_graph_for_every_size_and_bans_what_a_plain_reading_bans():
+    """`no_repeat_ngram_size` is a tensor of the compiled loop: one traced function serves every size (a client's
+    sweep of sizes builds no new graph), and each size bans exactly the tokens that would complete an n-gram
+    already written."""
+    import numpy as np
+    import tensorflow as tf
+
+    from chatbot.samplers import NEG_INF, ban_repeated_ngrams
+
+    vocab, length, rng = 9, 12, np.random.default_rng(1)
+    tokens = rng.integers(3, 7, (64, length)).astype(np.int32)  # few tokens: many repeated grams
+    ban = tf.function(ban_repeated_ngrams, autograph=False)
+    for n in (0, 1, 2, 3, 4, length):
+        for index in (0, 3, 7, length - 1):
+            banned = ban(tf.zeros([64, vocab]), tf.constant(tokens), tf.constant(index), tf.constant(n)).numpy()
+            for row, got in zip(tokens.tolist(), banned):
+                written, expected = row[:index + 1], set()
+                if n >= 2:
+                    prefix = written[len(written) - (n - 1):] if len(written) >= n - 1 else None
+                    for j in range(len(written) - n + 1):
+                        if prefix is not None and written[j:j + n - 1] == prefix:
+                            expected.add(written[j + n - 1])
+                assert {t for t in range(vocab) if got[t] == NEG_INF} == expected, (n, index, written)
+    assert ban.experimental_get_tracing_count() == 1

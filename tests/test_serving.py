@@ -210,17 +210,17 @@ def test_a_request_whose_graph_is_not_traced_never_holds_up_requests_whose_graph
             return getattr(tiny_bot, name)
 
         def ready(self, plan):
-            return plan.no_repeat_ngram_size == 0
+            return plan.num_beams == 1
 
         def answer(self, request):
-            if request.plan.no_repeat_ngram_size:
+            if request.plan.num_beams > 1:
                 tracing.set()
                 release.wait(timeout=120)  # as a trace would, until the others are done
             return tiny_bot.answer(request)
 
     bot, slow_reply = NewSettingsTraceSlowly(), []
     tiny_bot.reply("안녕")  # the default settings' graph is traced
-    slow = threading.Thread(target=lambda: slow_reply.append(batcher.reply(bot, "배고파", no_repeat_ngram_size=3)))
+    slow = threading.Thread(target=lambda: slow_reply.append(batcher.reply(bot, "배고파", strategy="beam", num_beams=3)))
     slow.start()
     assert tracing.wait(timeout=60)
     ready = {}
@@ -235,14 +235,16 @@ def test_a_request_whose_graph_is_not_traced_never_holds_up_requests_whose_graph
     finally:
         release.set()
         slow.join(timeout=60)
-    assert slow_reply == [tiny_bot.reply("배고파", no_repeat_ngram_size=3)]
+    assert slow_reply == [tiny_bot.reply("배고파", strategy="beam", num_beams=3)]
 
 
 def test_the_decoder_knows_which_settings_are_traced(tiny_bot):
     from chatbot.config import GenerationConfig
 
     bot = tiny_bot
-    new = bot.plan(GenerationConfig(no_repeat_ngram_size=7))  # sizes no other test asks for
+    new = bot.plan(GenerationConfig(strategy="beam", num_beams=7))  # a beam count no other test asks for
     assert not bot.ready(new)
-    bot.reply("안녕", no_repeat_ngram_size=7)
-    assert bot.ready(new) and not bot.ready(bot.plan(GenerationConfig(no_repeat_ngram_size=8)))
+    bot.reply("안녕", strategy="beam", num_beams=7)
+    assert bot.ready(new) and not bot.ready(bot.plan(GenerationConfig(strategy="beam", num_beams=6)))
+    # a setting that is a tensor of the plan's function needs no graph of its own
+    assert bot.ready(bot.plan(GenerationConfig(strategy="beam", num_beams=7, no_repeat_ngram_size=3)))

@@ -122,7 +122,7 @@ def test_a_prepared_model_answers_and_streams_without_tracing_again(tiny_model_d
     bot.reply_batch(["배고파", "오늘 회사에서 상사한테 혼나서 기분이 너무 안 좋아"] * 3)
     list(bot.stream("안녕하세요"))  # streamed steps are traced per encoder-length bucket: this one's is the prepared one
     assert ran == []
-    bot.reply("배고파", no_repeat_ngram_size=3)  # settings not prepared: traced now, as the record shows
+    bot.reply("배고파", strategy="beam", num_beams=3)  # settings not prepared: traced now, as the record shows
     assert "loop" in ran
 
 
