@@ -95,21 +95,22 @@ def with_gold_biased(pairs: list[QAPair], pools: list[list[QAPair]], k: int, gol
 
 
 def training_batches(tokenizer, pairs, config: ChatbotConfig, shuffle, retriever=None, leave_one_out=False,
-                     replicas=1):
+                     replicas=1, progress=None):
     """Batches of `pairs`, their encoder inputs composed as decoding composes them (tone, retrieved
     neighbours); training questions retrieve leave-one-out, then get gold-biased neighbours
-    (`with_gold_biased`). Returns the batches and how many answers were too long to train on."""
+    (`with_gold_biased`). `progress`: the leave-one-out's (`Retriever.leave_one_out`). Returns the batches and
+    how many answers were too long to train on."""
     answers = tokenizer.tokenize([p.answer for p in pairs])
     k = config.context.retrieved
     tones = tones_of(pairs, config, config.context.tone_dropout if shuffle else 1.0)
     neighbour_answers = neighbour_questions = None
     if k:
         if leave_one_out and config.context.questions:
-            pools = retriever.leave_one_out(pairs, max(k, GOLD_POOL), tones)
+            pools = retriever.leave_one_out(pairs, max(k, GOLD_POOL), tones, progress=progress)
             found = with_gold_biased(pairs, pools, k, config.context.gold_rate, config.train.seed + 1)
         elif leave_one_out:
-            found = with_own_answer(pairs, retriever.leave_one_out(pairs, k, tones), config.context.gold_rate,
-                                    config.train.seed + 1)
+            found = with_own_answer(pairs, retriever.leave_one_out(pairs, k, tones, progress=progress),
+                                    config.context.gold_rate, config.train.seed + 1)
         else:
             asked, given = retriever.neighbours([p.question for p in pairs], k, tones)
             found = [[QAPair(q.decode("utf-8"), a.decode("utf-8")) for q, a in zip(*row)]

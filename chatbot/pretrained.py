@@ -509,8 +509,9 @@ def load_for_korean(path: str | Path | None = None) -> tuple[E5Encoder, E5Tokeni
 
 
 def embed(encoder: E5Encoder, tokenizer: E5Tokenizer, texts, prefix: str | None = None,
-          batch_size: int = 64) -> np.ndarray:
-    """Unit vectors (texts, hidden) of many texts, in batches of texts of about one length."""
+          batch_size: int = 64, progress=None) -> np.ndarray:
+    """Unit vectors (texts, hidden) of many texts, in batches of texts of about one length. `progress`: called
+    with (texts done, texts) after each batch, for a long run's progress line."""
     texts = list(texts)
     lengths = [len(text) for text in texts]
     order = sorted(range(len(texts)), key=lengths.__getitem__)
@@ -518,4 +519,6 @@ def embed(encoder: E5Encoder, tokenizer: E5Tokenizer, texts, prefix: str | None 
     for first in range(0, len(order), batch_size):
         rows = order[first:first + batch_size]
         out[rows] = ops.convert_to_numpy(encoder(tokenizer.dense([texts[i] for i in rows], prefix)))
+        if progress is not None:
+            progress(first + len(rows), len(texts))
     return out

@@ -345,18 +345,19 @@ class Retriever(tf.Module):
         return (positions, np.array(documents, np.int64), asked,
                 pretrained_embed(index.encoder, index.tokenizer, without, PRETRAINED_PREFIXES[1]))
 
-    def bulk_vectors(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def bulk_vectors(self, texts: list[str], progress=None) -> tuple[np.ndarray, np.ndarray]:
         """The pretrained encoder's vectors of many messages, and of their new messages alone (`similarity`'s
         `vectors`), each distinct text embedded once, in batches of texts of about one length: a bulk lookup
         (training's leave-one-out) spends most of its time here, and a batch padded to its longest text wastes
-        most of it."""
+        most of it. `progress`: as `chatbot.pretrained.embed`'s."""
         from chatbot.pretrained import embed as pretrained_embed
 
         whole = tf.convert_to_tensor(texts, tf.string)
         whole, alone = [[t.decode("utf-8") for t in normalize_tf(x).numpy()] for x in (whole, question_part_tf(whole))]
         distinct = list(dict.fromkeys(whole + alone))
         index = self.pretrained
-        vectors = pretrained_embed(index.encoder, index.tokenizer, distinct, index.message_prefix, batch_size=128)
+        vectors = pretrained_embed(index.encoder, index.tokenizer, distinct, index.message_prefix, batch_size=128,
+                                   progress=progress)
         row = {text: i for i, text in enumerate(distinct)}
         return vectors[[row[t] for t in whole]], vectors[[row[t] for t in alone]]
 
@@ -444,14 +445,16 @@ class Retriever(tf.Module):
         (message, row), so its memory does not grow with the rows times the batch."""
         return max(1, min(most, SCORE_CELLS // len(self.pairs)))
 
-    def leave_one_out(self, pairs: list[QAPair], k: int, tones, batch_size: int = 256) -> list[list[QAPair]]:
+    def leave_one_out(self, pairs: list[QAPair], k: int, tones, batch_size: int = 256,
+                      progress=None) -> list[list[QAPair]]:
         """`neighbours` for many training questions, in batches of at most `batch_size` (`Retriever.batch_size`),
         none with the question's own text: (len(pairs), k') pairs, nearest first. Each distinct question is
         scored once (the schedule repeats a small set's pairs many times an epoch), and each of its tones looked
         up by one traced function. With the pretrained lever the questions are embedded first, each text once and
         sorted by length (`bulk_vectors`), and a question is also read against its own answer's document written
         without it (`without_own_documents`): else the document that holds its words puts its own answer first
-        for nearly every training question, and the model learns to copy whatever it is shown."""
+        for nearly every training question, and the model learns to copy whatever it is shown. `progress`: called
+        with (a stage's name, done, of) as embedding and then the lookups go on."""
         batch_size = self.batch_size(batch_size)
         keys = list(zip((p.question for p in pairs), map(int, tones)))
         tones_of: dict[str, list[int]] = {}
@@ -464,7 +467,8 @@ class Retriever(tf.Module):
                                                                tf.TensorSpec([None, len(self.pairs)], tf.float32)])
         strings = tf.TensorSpec([None], tf.string)
         if self.config.pretrained:
-            whole, alone = self.bulk_vectors(questions)
+            whole, alone = self.bulk_vectors(
+                questions, None if progress is None else lambda done, of: progress("embedding", done, of))
             vector = tf.TensorSpec([None, self.pretrained.encoder.hidden], tf.float32)
             similarity = tf.function(lambda t, w, a: self.similarity(t, (w, a)), autograph=False,
                                      input_signature=[strings, vector, vector])
@@ -483,6 +487,8 @@ class Retriever(tf.Module):
             where, texts, chunk_tones = zip(*asked)
             rows = lookup(tf.constant(texts), tf.constant(chunk_tones, tf.int32), tf.gather(scores, list(where)))
             found.update(zip(((q, t) for _, q, t in asked), ([self.pairs[i] for i in row] for row in rows.numpy())))
+            if progress is not None:
+                progress("looking up", first + len(chunk), len(questions))
         return [list(found[key]) for key in keys]
 
     def to_json(self) -> bytes:

@@ -178,6 +178,9 @@ def test_a_run_that_did_not_learn_says_so_keeps_every_character_and_its_loops_ar
     out = train(pairs, config, tmp_path / "m", verbose=0, log=lines.append)
     warnings = [line for line in lines if line.startswith("warning:")]
     assert len(warnings) == 1 and "did not learn" in warnings[0]
+    looked_up = [line for line in lines if line.startswith("leave-one-out retrieval of the training questions")]
+    done, of = looked_up[-1].rsplit(": ", 1)[1].split(" of ")
+    assert done == of  # its last line: every question looked up
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["learned"] is False and "did not learn" in metrics["warning"]
 
