@@ -4,15 +4,15 @@
         ->  prepare (strings -> encoder ids and retrieved answers, a plain graph: XLA compiles no string ops)
         ->  the plan's compiled function (one per Plan, memoized: the encoder pass, the key/value-cached loop
             over `step` with the plan's sampler, beam ranking, the optional rerank; XLA when the plan says so)
-        ->  the cut (a phrase said twice in a row or a runaway loop said once: `repeat_cut`), the fallback and
-            detokenizing, in the same graph
+        ->  `tidy` (a stutter said once, a phrase said twice in a row or a runaway loop cut: `repeat_cut`), the
+            fallback and detokenizing, in the same graph
         ->  postprocess (the crisis reply: the list, then, if asked for, e5's classifier)
 
 Owns: `Chatbot` (the Python API: `reply`, `reply_batch`, `stream`, `attention`, `provenance`, `in_context`,
 `warm_up`), the one validation of a request (`Chatbot.request`), `Plan` and `Options` (the static options that key
 a compiled function, and the options that are tensors, so changing them never recompiles), `Compilation` (eager,
 graph, xla, or xla once warmed up) and every warm-up and background trace, the bounded cache of compiled
-functions, `repeat_cut`, `Provenance`, and the naive full-recompute decoder (`naive_reply`,
+functions, `tidy` and `repeat_cut`, `Provenance`, and the naive full-recompute decoder (`naive_reply`,
 every strategy) kept beside the cached one as its test oracle. Must not touch Gradio, parse flags or import
 training code.
 """
@@ -39,7 +39,7 @@ from chatbot.samplers import NEG_INF, process_logits, sampler_for
 from chatbot.text import check_history, check_questions, conversation, normalize, question_part, with_context
 from chatbot.tokenizer import END_ID, PAD_ID, START_ID, Tokenizer
 
-__all__ = ["Chatbot", "Compilation", "Plan", "Options", "Request", "repeat_cut"]
+__all__ = ["Chatbot", "Compilation", "Plan", "Options", "Request", "repeat_cut", "tidy"]
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # batches are padded to these many rows (XLA shapes)
 COMPILED_KEPT = 8  # plans whose compiled functions are kept (the defaults and a few others)
@@ -174,17 +174,59 @@ class CompiledCache:
 
 REPEATED_PHRASE = 3  # tokens: a phrase at least this long said twice in a row is said once ("이유가 있지 않을까요." x2)
 RUNAWAY_PERIOD = 8  # tokens: a shorter block repeated to the length limit ("있어요 있어요 있어요 ...") is cut too
+STUTTER = 3  # copies: a block shorter than a phrase said this many times in a row is said once ("수고 수고 수고")
+
+
+def tidy(ids: tf.Tensor, word_starts: tf.Tensor) -> tf.Tensor:
+    """Reply ids (batch, max_length), padded after the end token, as a user reads them: a stutter said once
+    (`stutter_kept`: "수고 수고 수고 많았어요!" -> "수고 많았어요!", the rest of the reply kept; `word_starts`: which
+    pieces begin a word, (vocabulary,) bool, `Tokenizer.word_starts`), then the reply cut
+    where `repeat_cut` cuts it; padding after what is kept. One graph function for every entry point: the reply
+    graph runs it before the fallback (`Chatbot.with_fallback`: `reply`, `reply_batch`, the naive oracle, the
+    SavedModel), and `stream` on each growing prefix, so what it shows grows into what `reply` gives."""
+    ids, cut = tidy_parts(ids, word_starts)
+    return tf.where(tf.range(ids.shape[1])[None] < cut[:, None], ids, PAD_ID)
+
+
+def tidy_parts(ids: tf.Tensor, word_starts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """`tidy` in two parts: the ids with each stutter said once (padding after), and where `repeat_cut` cuts them
+    (batch,)."""
+    ids = tf.convert_to_tensor(ids, tf.int32)
+    length = ids.shape[1]
+    kept = stutter_kept(ids, word_starts)
+    order = tf.argsort(tf.where(kept, 0, length) + tf.range(length)[None], axis=1, stable=True)  # kept first, in order
+    ids = tf.where(tf.range(length)[None] < tf.reduce_sum(tf.cast(kept, tf.int32), axis=1, keepdims=True),
+                   tf.gather(ids, order, batch_dims=1), PAD_ID)
+    return ids, repeat_cut(ids)
+
+
+def stutter_kept(ids: tf.Tensor, word_starts: tf.Tensor) -> tf.Tensor:
+    """Which tokens of each reply (batch, max_length) to keep (bool): of a block of 1 to REPEATED_PHRASE - 1
+    tokens holding the start of a word (`word_starts`, by piece id) said STUTTER or more times in a row, the first
+    copy only. "네 네" (twice), "두근두근" and the pieces inside a word ("바나나나", "190000", "음...") stay; the end
+    token and padding are kept."""
+    length = ids.shape[1]
+    valid = tf.range(length)[None] < _ended_at(ids)[:, None]
+    starts = tf.gather(tf.convert_to_tensor(word_starts, tf.bool), ids)
+    dropped = tf.zeros_like(valid)
+    for period in range(1, REPEATED_PHRASE):
+        word = starts
+        for back in range(1, period):
+            word |= tf.pad(starts[:, :-back], [[0, 0], [back, 0]])
+        # token i repeats token i - period, and the block of `period` tokens that ends at i holds a word's start
+        same = tf.pad(ids[:, period:] == ids[:, :-period], [[0, 0], [period, 0]]) & valid & word
+        run = tf.cumsum(tf.cast(~same, tf.int32), axis=1)  # a run of repeats shares the number of the token before it
+        runs = tf.reduce_sum(tf.cast((run[:, :, None] == tf.range(length + 1)[None, None]) & same[:, :, None],
+                                     tf.int32), axis=1)  # (batch, run number): its repeated tokens
+        dropped |= same & (tf.gather(runs, run, batch_dims=1) >= (STUTTER - 1) * period)
+    return ~dropped
 
 
 def repeat_cut(ids: tf.Tensor) -> tf.Tensor:
     """Where each reply stops being worth reading: reply ids (batch, max_length), padded after the end token, ->
     the number of tokens to keep (batch,) int32, max_length where nothing is cut. The earlier of two cuts: a
     phrase said twice in a row is said once (`phrase_cut`), and a loop run to the length limit is cut after its
-    first copy (`runaway_cut`).
-
-    One graph function for every entry point: the reply graph runs it before the fallback (`with_fallback`: `reply`,
-    `reply_batch`, the naive oracle, the SavedModel), and `stream` on each growing prefix (padded), so it stops
-    where `reply` cuts."""
+    first copy (`runaway_cut`). `tidy` runs it after saying each stutter once."""
     ids = tf.convert_to_tensor(ids, tf.int32)
     return tf.minimum(phrase_cut(ids), runaway_cut(ids))
 
@@ -304,8 +346,9 @@ class Chatbot:
         self._stream_graphs = CompiledCache(COMPILED_KEPT)
         self._provenance = Provenance(retriever)
         # a streamed reply's growing prefix (padded) through the cut its whole reply gets: one traced graph
-        self._cut = tf.function(repeat_cut, input_signature=[tf.TensorSpec([None, self.max_length], tf.int32)],
-                                autograph=False)
+        self.word_starts = tf.constant(tokenizer.word_starts())  # which pieces begin a word, for `tidy`
+        self._tidy_parts = tf.function(lambda ids: tidy_parts(ids, self.word_starts), autograph=False,
+                                       input_signature=[tf.TensorSpec([None, self.max_length], tf.int32)])
         # whether a streamed question gets the fallback: one traced graph, not the encoder op by op each time
         self._confident = None if retriever is None else tf.function(
             retriever.confident, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
@@ -428,7 +471,7 @@ class Chatbot:
 
     def reply_ids(self, texts: list[str], tone=None, settings: GenerationConfig | None = None,
                   **decoding) -> np.ndarray:
-        """The reply ids (batch, max_length) of the reply graph: cut (`repeat_cut`) and the fallback's rows empty,
+        """The reply ids (batch, max_length) of the reply graph: tidied (`tidy`) and the fallback's rows empty,
         before `postprocess`."""
         request = self.request(texts, tone, settings, **decoding)
         return self.generate(request.texts, request.tones, self.options(request.settings), request.plan)[0].numpy()
@@ -477,21 +520,20 @@ class Chatbot:
 
     def _streamed_text(self, tokens: Iterator[int]) -> Iterator[str]:
         """The growing reply as its tokens arrive, each time its text changes ("" for an empty reply). Each prefix
-        goes through `repeat_cut` as `reply`'s whole reply does: where it cuts, the stream ends with the cut text,
-        what `reply` gives."""
-        pieces, previous, ids = [], "", []
+        goes through `tidy` as `reply`'s whole reply does (a stutter said once, so the text may shrink); where the
+        prefix is cut, the stream ends with the cut text, what `reply` gives."""
+        previous, ids = None, []
         for token in tokens:
             ids.append(token)
-            cut = int(self._cut(np.array([ids + [PAD_ID] * (self.max_length - len(ids))], np.int32))[0])
-            if cut < len(ids):
-                yield self.tokenizer.decode([ids[:cut]])[0]
-                return
-            pieces.append(self.tokenizer.piece_text(token))
-            current = self.tokenizer.join_pieces(pieces)  # only the new piece is looked up, never the prefix
+            collapsed, cut = self._tidy_parts(np.array([ids + [PAD_ID] * (self.max_length - len(ids))], np.int32))
+            collapsed, cut = trim(collapsed.numpy())[0], int(cut[0])
+            current = self.tokenizer.decode([collapsed[:cut]])[0]
             if current != previous:
                 previous = current
                 yield current
-        if not previous:
+            if cut < len(collapsed):
+                return
+        if previous is None:
             yield ""
 
     def _revealed(self, ids: list[int]) -> Iterator[str]:
@@ -642,12 +684,11 @@ class Chatbot:
         return self.rerank(prepared, cross_cache, replies, options) if plan.candidates else replies
 
     def with_fallback(self, ids, confident):
-        """Reply ids (batch, max_length) and strings (batch,): each reply cut where `repeat_cut` cuts it (padding
-        after), and where a question has no training question close enough (`confident` 0), the fallback reply
+        """Reply ids (batch, max_length) and strings (batch,): each reply tidied (`tidy`: a stutter said once, a
+        repeated phrase or a runaway loop cut, padding after), and where a question has no training question close enough (`confident` 0), the fallback reply
         (and no ids: nothing of the model's own reply is kept)."""
         unsure = confident < 0.5
-        kept = tf.range(tf.shape(ids)[1])[None] < repeat_cut(ids)[:, None]
-        ids = tf.where(unsure[:, None] | ~kept, PAD_ID, ids)
+        ids = tf.where(unsure[:, None], PAD_ID, tidy(ids, self.word_starts))
         strings = self.tokenizer.detokenize(ids)
         return ids, strings if self.retriever is None else tf.where(unsure, self.retriever.config.fallback, strings)
 

@@ -14,6 +14,7 @@ import io
 import re
 from pathlib import Path
 
+import numpy as np
 import sentencepiece
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -116,6 +117,11 @@ class Tokenizer:
             ids = tf.range(self.vocab_size, dtype=tf.int32)
             self._pieces = [p.decode("utf-8") for p in self.sp.id_to_string(ids).numpy()]
         return self._pieces[token_id] if token_id >= NUM_SPECIAL else ""
+
+    def word_starts(self) -> np.ndarray:
+        """Which piece ids begin a word (their piece starts with SentencePiece's \u2581), (vocab_size,) bool: a
+        stutter of whole words is said once, a piece repeated inside a word ("바나나") is not (`engine.tidy`)."""
+        return np.array([self.piece_text(i).startswith("\u2581") for i in range(self.vocab_size)], bool)
 
     @staticmethod
     def join_pieces(pieces: list[str]) -> str:

@@ -103,3 +103,22 @@ def test_it_answers_the_readme_question_in_korean_in_every_tone(default_bot):
         reply = default_bot.reply("오늘 너무 피곤해", tone=tone)
         assert reply and any("가" <= ch <= "힣" for ch in reply)
         assert not any(special in reply for special in SPECIAL_PIECES)
+
+
+@pytest.mark.slow  # tokenizes every answer of the index
+def test_tidying_leaves_every_answer_of_its_index_as_it_is(default_bot):
+    """`tidy` says a stutter once and cuts a repeated phrase; a training answer is neither, so it leaves all of
+    them alone ("바나나나", "190000" and "음..." repeat pieces inside a word)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from chatbot.engine import tidy
+    from chatbot.tokenizer import END_ID, PAD_ID
+
+    answers = sorted({p.answer for p in default_bot.retriever.pairs})
+    length = default_bot.max_length
+    rows = [row[:length - 1] + [END_ID] + [PAD_ID] * (length - 1 - len(row[:length - 1]))
+            for row in default_bot.tokenizer.encode(answers)]
+    tidied = tidy(tf.constant(rows, tf.int32), default_bot.word_starts).numpy()
+    changed = [answer for answer, row, out in zip(answers, rows, tidied) if not np.array_equal(out, row)]
+    assert len(answers) > 20000 and changed == []

@@ -368,6 +368,12 @@ def test_a_looping_reply_is_said_once_alike_by_reply_batch_stream_and_beams(tiny
         streamed = list(bot.stream("안녕", **decoding))
         assert streamed[-1] == phrase and all(phrase.startswith(part) or part.startswith(phrase)
                                               for part in streamed)
+    stutter = toned_chatbot(tiny_bot.tokenizer)
+    word = ids[0]
+    stutter.model.follows(word, {word: 10.0})  # one token said over and over: said once
+    once = stutter.tokenizer.decode([[word]])[0]
+    for decoding in ({}, {"strategy": "beam", "num_beams": 2}):
+        assert stutter.reply("안녕", **decoding) == once == list(stutter.stream("안녕", **decoding))[-1]
 
 
 def test_a_message_no_training_question_is_near_gets_the_fallback_everywhere(tiny_bot):

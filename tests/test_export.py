@@ -97,3 +97,38 @@ def test_repeat_cut_says_a_repeated_phrase_once_and_cuts_a_runaway_loop():
     expected = [reference_cut(row) for row in ids.tolist()]
     assert repeat_cut(tf.constant(ids)).numpy().tolist() == expected
     assert expected[:9] == [3, 1, 4, length, length, 13, 4, length, length]
+
+
+def test_tidy_says_a_stutter_once_and_keeps_the_rest_of_the_reply():
+    """A block of one or two tokens that starts a word, said three or more times in a row, is said once ("수고 수고
+    수고 많았어요!" -> "수고 많았어요!"), twice is kept ("네 네"), and then `repeat_cut` cuts; padding follows what is
+    kept. The bundled answers hold no such stutter: tidying them changes none (tests/test_default_model.py)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from chatbot.engine import repeat_cut, tidy
+
+    def padded(row, length=16):
+        return row + [0] * (length - len(row))
+
+    cases = [([7, 7, 7, 9, 10, 2], [7, 9, 10, 2]),  # a one-token stutter
+             ([5, 6, 5, 6, 5, 6, 11, 2], [5, 6, 11, 2]),  # a two-token stutter
+             ([8, 8, 9, 2], [8, 8, 9, 2]),  # said twice: kept
+             ([4, 7, 7, 7, 7, 7, 12, 13, 14, 12, 13, 14, 2], [4, 7, 12, 13, 14]),  # a stutter, then a phrase twice
+             ([9, 2, 9, 9, 9], [9, 2, 9, 9, 9])]  # after the end token: not the reply's, left alone
+    every_word = tf.ones([64], tf.bool)  # here every piece begins a word
+    ids = tf.constant([padded(row) for row, _ in cases], tf.int32)
+    got = tidy(ids, every_word).numpy().tolist()
+    for (row, expected), out in zip(cases, got):
+        assert out == padded(expected), (row, out)
+    rng = np.random.default_rng(3)
+    rows = tf.constant(rng.integers(4, 7, (300, 16)), tf.int32)  # few tokens: stutters everywhere
+    tidied = tidy(rows, every_word).numpy()
+    for row in tidied.tolist():
+        kept = [t for t in row if t != 0]
+        assert all(not (kept[i] == kept[i + 1] == kept[i + 2]) for i in range(len(kept) - 2))  # no stutter left
+    assert (repeat_cut(tf.constant(tidied)).numpy() == 16).all()  # and nothing left to cut
+    # pieces inside a word ("바나나나", "190000", "음...") are not a stutter: only a block that starts a word is
+    inside = tf.constant([padded([20, 21, 21, 21, 22, 2]), padded([23, 24, 23, 24, 23, 24, 2])], tf.int32)
+    starts = tf.constant([i in (20, 22, 23) for i in range(64)])
+    assert tidy(inside, starts).numpy().tolist() == [padded([20, 21, 21, 21, 22, 2]), padded([23, 24, 2])]

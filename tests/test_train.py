@@ -160,9 +160,9 @@ def test_a_run_that_did_not_learn_says_so_keeps_every_character_and_its_loops_ar
     """A run cut to a few steps at a tiny learning rate: `train` says in one line that it did not learn and
     metrics.json records it, from its losses alone (decoding replies to check their variety would only cost
     time). Its vocabulary holds every character of every pair, validation pairs included (a rare one lives
-    only there), and what a user reads of its looping replies is each cut once (`repeat_cut`)."""
+    only there), and what a user reads of its looping replies is each tidied (`tidy`)."""
     import chatbot.evaluate
-    from chatbot.engine import Chatbot, repeat_cut, trim
+    from chatbot.engine import Chatbot, tidy, trim
 
     def decoded(*_):
         raise AssertionError("the losses already said the run did not learn: nothing to decode")
@@ -190,8 +190,8 @@ def test_a_run_that_did_not_learn_says_so_keeps_every_character_and_its_loops_ar
     request = bot.request([p.question for p in pairs], candidates=0)
     written = bot.loop(bot.prepare(request.texts, request.tones, request.plan), bot.options(request.settings),
                        request.plan)  # the loop's own ids, before any cut
-    # an unlearned model loops and says phrases twice; what a user reads is each cut where `repeat_cut` cuts it
-    cuts = repeat_cut(written).numpy()
-    assert (cuts < bot.max_length).any()
-    expected = bot.tokenizer.decode([row[:cut] for row, cut in zip(trim(written.numpy()), cuts)])
+    # an unlearned model loops, stutters and says phrases twice; what a user reads is each reply `tidy`'s
+    tidied = tidy(written, bot.word_starts).numpy()
+    assert (tidied != written.numpy()).any()
+    expected = bot.tokenizer.decode(trim(tidied))
     assert bot.reply_batch([p.question for p in pairs], candidates=0) == expected
