@@ -345,8 +345,8 @@ class Chatbot:
         self._compiled, self._prepare_graphs = CompiledCache(COMPILED_KEPT), CompiledCache(COMPILED_KEPT)
         self._stream_graphs = CompiledCache(COMPILED_KEPT)
         self._provenance = Provenance(retriever)
-        # a streamed reply's growing prefix (padded) through the cut its whole reply gets: one traced graph
         self.word_starts = tf.constant(tokenizer.word_starts())  # which pieces begin a word, for `tidy`
+        # a streamed reply's growing prefix (padded) through the `tidy` its whole reply gets: one traced graph
         self._tidy_parts = tf.function(lambda ids: tidy_parts(ids, self.word_starts), autograph=False,
                                        input_signature=[tf.TensorSpec([None, self.max_length], tf.int32)])
         # whether a streamed question gets the fallback: one traced graph, not the encoder op by op each time
@@ -477,7 +477,7 @@ class Chatbot:
         return self.generate(request.texts, request.tones, self.options(request.settings), request.plan)[0].numpy()
 
     def postprocess(self, texts: list[str], ids, strings=None) -> list[str]:
-        """Reply ids (batch, max_length), already cut (`with_fallback`), as the strings users get: detokenized
+        """Reply ids (batch, max_length), already tidied (`with_fallback`), as the strings users get: detokenized
         (`strings`: the graph's, when at hand), and the fixed crisis reply where the question may signal self-harm,
         suicide or abuse (`chatbot.safety`): no setting or training row changes it."""
         strings = self.tokenizer.detokenize(ids) if strings is None else strings
