@@ -345,7 +345,9 @@ class Chatbot:
         self._compiled, self._prepare_graphs = CompiledCache(COMPILED_KEPT), CompiledCache(COMPILED_KEPT)
         self._stream_graphs = CompiledCache(COMPILED_KEPT)
         self._provenance = Provenance(retriever)
-        self.word_starts = tf.constant(tokenizer.word_starts())  # which pieces begin a word, for `tidy`
+        # which pieces begin a word, for `tidy` (a model driven by ids alone, without a tokenizer: none)
+        self.word_starts = (tf.constant(tokenizer.word_starts()) if tokenizer is not None
+                            else tf.zeros([model.vocab_size], tf.bool))
         # a streamed reply's growing prefix (padded) through the `tidy` its whole reply gets: one traced graph
         self._tidy_parts = tf.function(lambda ids: tidy_parts(ids, self.word_starts), autograph=False,
                                        input_signature=[tf.TensorSpec([None, self.max_length], tf.int32)])

@@ -37,6 +37,11 @@ def ban_repeated_ngrams(logits, tokens, index, n):
     `tokens` (batch, length) holds the start token and the reply so far; `index` is the position of the last
     written token; `n` is a scalar int tensor (below 2: no ban), so one compiled loop serves every size."""
     n = tf.convert_to_tensor(n, tf.int32)
+    # the default (no ban) costs nothing: a step with a ban compares every gram written so far
+    return tf.cond(n >= 2, lambda: _banned_ngrams(logits, tokens, index, n), lambda: logits)
+
+
+def _banned_ngrams(logits, tokens, index, n):
     length = tokens.shape[1]
     starts = tf.range(length)[:, None]  # where a gram starts (j)
     offsets = tf.range(length - 1)[None]  # its first n - 1 tokens (k < n - 1)
@@ -48,7 +53,7 @@ def ban_repeated_ngrams(logits, tokens, index, n):
     followers = tf.gather(tokens, tf.clip_by_value(tf.range(length) + n - 1, 0, length - 1), axis=1)
     banned = tf.reduce_any(tf.one_hot(followers, tf.shape(logits)[-1], on_value=True, off_value=False)
                            & matches[..., None], axis=1)
-    return tf.where(banned & (n >= 2), NEG_INF, logits)
+    return tf.where(banned, NEG_INF, logits)
 
 
 def only_padding_when_finished(logits, finished):
