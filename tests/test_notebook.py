@@ -6,17 +6,16 @@ with `notebooks/` as the working directory, as a reader opening it in Jupyter wo
 
 from __future__ import annotations
 
-import json
 import re
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
+
+from notebook_run import START_UP_NOISE, code_cells, run_fast, stderr_of, tagged, text_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "transformer_chatbot.ipynb"
@@ -30,39 +29,11 @@ FULL_RUN_BUDGET_S = 240
 LEARNER_ORDER = ("준비", "토크나이저", "임베딩", "위치 인코딩", "어텐션", "멀티 헤드", "인코더", "마스크", "손실",
                  "학습", "디코딩", "검색", "맥락", "평가", "내 데이터", "부록")
 EXECUTION = {}  # seconds the executed fixture's run took
-# What TensorFlow and SentencePiece print from C++ at start-up; the notebook imports them quietly.
-START_UP_NOISE = re.compile(r"absl::InitializeLog|cuInit|cuda_platform|cudart_stub|oneDNN|rebuild TensorFlow|"
-                            r"precompiled_charsmap")
-
-
-def code_cells(notebook):
-    return [cell for cell in notebook.cells if cell.cell_type == "code"]
-
-
-def tagged(notebook, tag):
-    cells = [cell for cell in code_cells(notebook) if tag in cell.metadata.get("tags", [])]
-    assert len(cells) == 1, f"expected one code cell tagged {tag!r}"
-    return cells[0]
-
-
-def text_of(cell) -> str:
-    parts = []
-    for output in cell.outputs:
-        if output.output_type == "stream":
-            parts.append(output.text)
-        elif "text/plain" in output.get("data", {}):
-            parts.append(output.data["text/plain"])
-    return "".join(parts)
 
 
 def shown_figures(cell) -> int:
     """Figures a cell shows: pyplot's `plt.show()` or a `chatbot.plots` figure passed to `display`."""
     return cell.source.count("plt.show()") + cell.source.count("display(figure)")
-
-
-def stderr_of(notebook) -> str:
-    return "".join(output.text for cell in code_cells(notebook) for output in cell.outputs
-                   if output.output_type == "stream" and output.name == "stderr")
 
 
 def image_count(notebook) -> int:
@@ -76,27 +47,8 @@ def source_notebook():
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
-    """The notebook executed once with a kernel on this interpreter (nothing registered globally)."""
-    # A kernel spec of our own, first on JUPYTER_PATH, so "python3" is this interpreter (the venv's
-    # ipykernel) even when the user has another "python3" kernel installed.
-    jupyter_dir = tmp_path_factory.mktemp("jupyter")
-    spec_dir = jupyter_dir / "kernels" / "python3"
-    spec_dir.mkdir(parents=True)
-    (spec_dir / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (test)", "language": "python"}))
-
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    with pytest.MonkeyPatch.context() as patch:  # the kernel process inherits this environment
-        patch.setenv("JUPYTER_PATH", str(jupyter_dir))
-        patch.setenv("CHATBOT_NOTEBOOK_FAST", "1")
-        patch.setenv("CUDA_VISIBLE_DEVICES", "-1")
-        patch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-        client = nbclient.NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                                         resources={"metadata": {"path": str(NOTEBOOK.parent)}})
-        started = time.perf_counter()
-        client.execute()  # raises CellExecutionError naming the failing cell
-        EXECUTION["seconds"] = time.perf_counter() - started
+    """The notebook executed once in fast mode (`notebook_run.run_fast`)."""
+    notebook, EXECUTION["seconds"] = run_fast(NOTEBOOK, tmp_path_factory.mktemp("jupyter"), CELL_TIMEOUT_S)
     return notebook
 
 

@@ -11,17 +11,16 @@ the outputs of a full run; the checks it printed there are read too.
 
 from __future__ import annotations
 
-import json
 import re
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
+
+from notebook_run import START_UP_NOISE, code_cells, run_fast, stderr_of, tagged, text_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "transformer_tutorial.ipynb"
@@ -70,28 +69,6 @@ DEFINED = {
     "greedy_replies": r"^def greedy_replies\(",
 }
 EXECUTION = {}  # seconds the executed fixture's run took
-START_UP_NOISE = re.compile(r"absl::InitializeLog|cuInit|cuda_platform|cudart_stub|oneDNN|rebuild TensorFlow|"
-                            r"precompiled_charsmap")
-
-
-def code_cells(notebook):
-    return [cell for cell in notebook.cells if cell.cell_type == "code"]
-
-
-def text_of(cell) -> str:
-    parts = []
-    for output in cell.outputs:
-        if output.output_type == "stream":
-            parts.append(output.text)
-        elif "text/plain" in output.get("data", {}):
-            parts.append(output.data["text/plain"])
-    return "".join(parts)
-
-
-def tagged(notebook, tag):
-    cells = [cell for cell in code_cells(notebook) if tag in cell.metadata.get("tags", [])]
-    assert len(cells) == 1, f"expected one code cell tagged {tag!r}"
-    return cells[0]
 
 
 def checks_of(notebook) -> list[tuple[str, float, float, str]]:
@@ -123,11 +100,6 @@ def chapters(notebook) -> list[tuple[int, list]]:
     return found
 
 
-def stderr_of(notebook) -> str:
-    return "".join(output.text for cell in code_cells(notebook) for output in cell.outputs
-                   if output.output_type == "stream" and output.name == "stderr")
-
-
 def assert_checks_pass(notebook):
     checks = checks_of(notebook)
     names = {name for name, *_ in checks}
@@ -146,25 +118,8 @@ def source_notebook():
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
-    """The notebook executed once, in fast mode, with a kernel on this interpreter (nothing registered globally)."""
-    jupyter_dir = tmp_path_factory.mktemp("jupyter")
-    spec_dir = jupyter_dir / "kernels" / "python3"
-    spec_dir.mkdir(parents=True)
-    (spec_dir / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (test)", "language": "python"}))
-
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    with pytest.MonkeyPatch.context() as patch:  # the kernel process inherits this environment
-        patch.setenv("JUPYTER_PATH", str(jupyter_dir))
-        patch.setenv("CHATBOT_NOTEBOOK_FAST", "1")
-        patch.setenv("CUDA_VISIBLE_DEVICES", "-1")
-        patch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-        client = nbclient.NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                                         resources={"metadata": {"path": str(NOTEBOOK.parent)}})
-        started = time.perf_counter()
-        client.execute()  # raises CellExecutionError naming the failing cell
-        EXECUTION["seconds"] = time.perf_counter() - started
+    """The notebook executed once in fast mode (`notebook_run.run_fast`)."""
+    notebook, EXECUTION["seconds"] = run_fast(NOTEBOOK, tmp_path_factory.mktemp("jupyter"), CELL_TIMEOUT_S)
     return notebook
 
 
