@@ -529,7 +529,7 @@ class Chatbot:
             ids.append(token)
             collapsed, cut = self._tidy_parts(np.array([ids + [PAD_ID] * (self.max_length - len(ids))], np.int32))
             collapsed, cut = trim(collapsed.numpy())[0], int(cut[0])
-            current = self.tokenizer.decode([collapsed[:cut]])[0]
+            current = self.tokenizer.join_pieces([self.tokenizer.piece_text(i) for i in collapsed[:cut]])
             if current != previous:
                 previous = current
                 yield current

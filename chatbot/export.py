@@ -6,8 +6,8 @@ against the retrieved answers (`candidates`, as `Chatbot.reply` by default) and 
 the graph (`serve_with_tone` the same with a tone per question, and `serve_with_history` with the
 conversation before each question as well), so the SavedModel
 answers in a process that imports only `tensorflow` and `tensorflow_text` (and serves under
-TensorFlow Serving). A repeated phrase or a runaway loop is cut as `Chatbot.reply` cuts it (the engine's
-`repeat_cut`, in the same reply graph), and a
+TensorFlow Serving). A reply is tidied as `Chatbot.reply` tidies it (the engine's `tidy`, in the same reply
+graph: a stutter said once, a repeated phrase or a runaway loop cut), and a
 message that may signal a crisis gets `chatbot.safety`'s reply (the list, then, with e5 loaded, `chatbot.crisis`'s
 classifier), both in the graph. Must not depend on
 Python-side tokenization.
