@@ -1,8 +1,8 @@
 """The Gradio web app: chat with a trained model, look at its attention, retrain it on your own CSV.
 
 Owns the browser UI only: the layout of the chat, attention and retrain tabs, the `/chat` API, the limits,
-the queue and the event wiring. Models, uploads and background training live in `chatbot.workspace`,
-heatmaps in `chatbot.plots`. Must not hold model logic or import TensorFlow: the workspace imports it
+the queue and the event wiring. Models, uploads and background training live in `chatbot.app.workspace`,
+heatmaps in `chatbot.app.plots`. Must not hold model logic or import TensorFlow: the workspace imports it
 on first use, so `import app` and `python app.py --help` stay cheap (matplotlib too: on the first heatmap).
 """
 
@@ -22,10 +22,10 @@ import gradio as gr
 
 from chatbot.artifacts import ArtifactError
 from chatbot.config import CONTEXT_TURNS, Compilation, GenerationConfig, SettingsError
-from chatbot.controls import CONTROLS, DECODING_OPTIONS, DEFAULTS, TONE_CHOICES
-from chatbot.serving import ReplyBatcher
-from chatbot.text import normalize
-from chatbot.workspace import (BackgroundTrainer, ModelShelf, attention_choices, available_memory_mib, load_chatbot,
+from chatbot.app.controls import CONTROLS, DECODING_OPTIONS, DEFAULTS, TONE_CHOICES
+from chatbot.serving.batcher import ReplyBatcher
+from chatbot.data.text import normalize
+from chatbot.app.workspace import (BackgroundTrainer, ModelShelf, attention_choices, available_memory_mib, load_chatbot,
                                model_summary, read_training_csv, training_config, training_memory_refusal)
 
 APP_DIR = Path(__file__).resolve().parent
@@ -219,7 +219,7 @@ class ChatApp:
         if not question:
             raise refused("질문을 입력하거나, 먼저 대화 탭에서 질문해 주세요.", "어텐션을 그릴 질문이 없어요")
         result = self.model(model_name).attention(question, reply)
-        from chatbot.plots import attention_figure, draw, korean_font  # matplotlib: on the first heatmap
+        from chatbot.app.plots import attention_figure, draw, korean_font  # matplotlib: on the first heatmap
         grid = view == "grid"
         figure = draw(attention_figure(result, None if grid else layer, None if grid else head))
         caption = f"질문: {question}\n답변: {result['reply']}"

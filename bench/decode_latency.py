@@ -60,8 +60,8 @@ def main():
 
 
 def measure(model: str, args) -> dict:
-    from chatbot.data import load_pairs
-    from chatbot.engine import Chatbot
+    from chatbot.data.pairs import load_pairs
+    from chatbot.decoding.engine import Chatbot
 
     args.model = model
     bot = Chatbot.load(args.model)

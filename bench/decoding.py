@@ -3,9 +3,9 @@
 Asks the questions of the model's own validation split (questions it never trained on, rebuilt from
 its config's data paths, seed and fraction) with every setting in turn, the model retrieving from
 its training pairs only. By default it leaves out the validation questions that `train` chose the
-epoch and fitted the rerank weights on (`chatbot.selection.validation_sample`), so no choice made in
+epoch and fitted the rerank weights on (`chatbot.training.best_epoch.validation_sample`), so no choice made in
 training saw the questions scored; `--all-validation` keeps them. It prints chrF, character BLEU,
-exact match, unique replies and distinct-1/2 per row (`chatbot.evaluate.reply_metrics`), beside the
+exact match, unique replies and distinct-1/2 per row (`chatbot.training.evaluate.reply_metrics`), beside the
 nearest-question retrieval reference (the answer of the most similar training question).
 
     python bench/decoding.py [--model models/default] [--questions 600]
@@ -41,12 +41,12 @@ def parse_args():
 def main():
     args = parse_args()
     from chatbot.config import ChatbotConfig
-    from chatbot.data import split_by_question
-    from chatbot.datasets import load_sources
-    from chatbot.evaluate import reply_metrics
-    from chatbot.engine import Chatbot
-    from chatbot.retrieval import Retriever
-    from chatbot.selection import unsampled
+    from chatbot.data.pairs import split_by_question
+    from chatbot.data.datasets import load_sources
+    from chatbot.training.evaluate import reply_metrics
+    from chatbot.decoding.engine import Chatbot
+    from chatbot.retrieval.retriever import Retriever
+    from chatbot.training.best_epoch import unsampled
 
     bot = Chatbot.load(args.model)
     data = ChatbotConfig.read(Path(args.model) / "config.json").data

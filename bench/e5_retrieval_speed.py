@@ -24,12 +24,12 @@ def main(argv=None) -> int:
     import keras
     import tensorflow as tf
 
-    import chatbot.sentence  # noqa: F401  (registers the sentence encoder's layers)
-    from chatbot import pretrained
+    import chatbot.model.sentence  # noqa: F401  (registers the sentence encoder's layers)
+    from chatbot.model import pretrained
     from chatbot.config import FOR_OWN_DATA, RetrievalConfig
-    from chatbot.data import load_pairs
-    from chatbot.retrieval import Retriever, answer_documents
-    from chatbot.tokenizer import Tokenizer
+    from chatbot.data.pairs import load_pairs
+    from chatbot.retrieval.retriever import Retriever, answer_documents
+    from chatbot.tokenizer.subword import Tokenizer
 
     pairs, _ = load_pairs(ROOT / "data" / "examples" / f"{args.faq}.csv")
     default = ROOT / "models" / "default"

@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 from common import ROOT
 
-from chatbot.text import normalize, one_text
+from chatbot.data.text import normalize, one_text
 
 EXAMPLES = ROOT / "data" / "examples"
 QUERY, PASSAGE = "query: ", "passage: "
@@ -83,7 +83,7 @@ class Store:
     def _embed(self, texts, prefix):
         import tensorflow as tf
 
-        from chatbot import pretrained
+        from chatbot.model import pretrained
         if self.encoder is None:
             encoder = pretrained.load_encoder()
             run = tf.function(lambda ids: encoder(ids), input_signature=[tf.TensorSpec([None, None], tf.int32)])
@@ -142,8 +142,8 @@ class Characters:
 
 
 def read_faq(name):
-    from chatbot.data import load_pairs
-    from chatbot.retrieval import answer_documents
+    from chatbot.data.pairs import load_pairs
+    from chatbot.retrieval.retriever import answer_documents
     pairs, _ = load_pairs(EXAMPLES / f"{name}.csv")
     pairs = list(dict.fromkeys(pairs))
     paraphrases, _ = load_pairs(EXAMPLES / f"{name}_paraphrases.csv")

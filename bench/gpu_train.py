@@ -61,11 +61,11 @@ def prepare(args) -> None:
     import tensorflow as tf
 
     from chatbot.config import ChatbotConfig, DataConfig, TrainConfig
-    from chatbot.context import context_for, training_batches
-    from chatbot.data import load_pairs, merge_pairs, split_by_question
-    from chatbot.retrieval import Retriever, index_json
-    from chatbot.schedule import fitted_to_data
-    from chatbot.tokenizer import Tokenizer
+    from chatbot.training.neighbours import context_for, training_batches
+    from chatbot.data.pairs import load_pairs, merge_pairs, split_by_question
+    from chatbot.retrieval.retriever import Retriever, index_json
+    from chatbot.training.sizing import fitted_to_data
+    from chatbot.tokenizer.subword import Tokenizer
 
     pairs, _ = merge_pairs([load_pairs(training_file(path))[0] for path in args.data])
     config = ChatbotConfig(data=DataConfig(paths=tuple(args.data)), train=TrainConfig(epochs=args.epochs))
@@ -101,9 +101,9 @@ def train(args) -> None:
     import numpy as np
 
     from chatbot.config import ChatbotConfig
-    from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy
-    from chatbot.model import Transformer
-    from chatbot.optim import transformer_optimizer
+    from chatbot.training.losses import MaskedAccuracy, MaskedSparseCrossEntropy
+    from chatbot.model.transformer import Transformer
+    from chatbot.training.optimizer import transformer_optimizer
 
     data = np.load(args.arrays)
     config = ChatbotConfig.from_json(data["config"].tobytes().decode())
@@ -162,10 +162,10 @@ def chat(args) -> None:
     import numpy as np
 
     from chatbot.config import ChatbotConfig
-    from chatbot.engine import Chatbot
-    from chatbot.model import Transformer
-    from chatbot.retrieval import Retriever
-    from chatbot.tokenizer import Tokenizer
+    from chatbot.decoding.engine import Chatbot
+    from chatbot.model.transformer import Transformer
+    from chatbot.retrieval.retriever import Retriever
+    from chatbot.tokenizer.subword import Tokenizer
 
     data = np.load(args.arrays)
     config = ChatbotConfig.from_json(data["config"].tobytes().decode())

@@ -28,11 +28,11 @@ sys.path.insert(0, sys.argv[1])
 from chatbot.startup import import_tensorflow_quietly
 import_tensorflow_quietly(find_devices=False)
 from chatbot.config import CHARACTERS_ONLY, ChatbotConfig
-from chatbot.context import tones_of, GOLD_POOL
-from chatbot.data import QAPair
-from chatbot.retrieval import Retriever, calibrated_threshold
-from chatbot.schedule import fitted_to_data
-from chatbot.train import built_on, load_base
+from chatbot.training.neighbours import tones_of, GOLD_POOL
+from chatbot.data.pairs import QAPair
+from chatbot.retrieval.retriever import Retriever, calibrated_threshold
+from chatbot.training.sizing import fitted_to_data
+from chatbot.training.train import built_on, load_base
 rows, text = int(sys.argv[2]), sys.argv[3]
 pairs = [QAPair(text.format(i=i), f"answer {i}", None) for i in range(rows)]
 if sys.argv[4]:

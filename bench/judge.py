@@ -41,8 +41,8 @@ PROBES = ROOT / "bench" / "probes.txt"
 
 
 def replies_of_systems(args) -> dict[str, list[str]]:
-    from chatbot.data import QAPair
-    from chatbot.engine import Chatbot
+    from chatbot.data.pairs import QAPair
+    from chatbot.decoding.engine import Chatbot
 
     messages, histories = probes_of(args.probes)
     if args.after:  # each message in the middle of a conversation: after the first exchange of one of these

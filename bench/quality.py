@@ -9,15 +9,15 @@ Splits ChatbotData by question (5% held out, fixed seed), then scores on the hel
                  whole prefix for every token (its replies get their punctuation re-attached before
                  scoring, which only helps it);
   (b) retrieval  no learning: the answer of the nearest training question (TF-IDF, character bigrams),
-                 and the same with the index the model reads (`chatbot.retrieval`: characters and bigrams),
+                 and the same with the index the model reads (`chatbot.retrieval.retriever`: characters and bigrams),
                  so what (c) gains from its index shows as such;
-  (c) ours       `chatbot.train.train` with this package's defaults (plus any --set overrides), then
+  (c) ours       `chatbot.training.train.train` with this package's defaults (plus any --set overrides), then
                  the default decoding (plus any --decode variants).
 
 (a) and (c) get the same training budget (`--budget-min`), counted as this process's CPU time divided
 by the cores it may use: on an idle machine that is wall-clock time, and a busy shared machine slows
 neither side more than the other. Metrics: chrF, character BLEU, exact match, unique-reply ratio,
-distinct-1/2 (see chatbot/evaluate.py). Replies of every row go to --out as CSV.
+distinct-1/2 (see chatbot/training/evaluate.py). Replies of every row go to --out as CSV.
 
     python bench/quality.py --budget-min 35                        # the full comparison
     python bench/quality.py --budget-min 8 --only ours --set train.label_smoothing=0.1
@@ -75,7 +75,7 @@ def budget_callback(minutes: float):
 
 
 def score(name, replies, test, out_dir, extra=None):
-    from chatbot.evaluate import reply_metrics, write_replies
+    from chatbot.training.evaluate import reply_metrics, write_replies
 
     row = {"row": name, **reply_metrics(replies, [p.answer for p in test]), **(extra or {})}
     file_name = re.sub(r"[^\w.=-]+", "_", name) + ".csv"
@@ -129,7 +129,7 @@ def nearest_question_answers(train, test) -> list[str]:
 def index_answers(train, test) -> list[str]:
     """The nearest training answer by the index a model trained on `train` retrieves from, asked as (c) is
     asked (no tone)."""
-    from chatbot.retrieval import Retriever
+    from chatbot.retrieval.retriever import Retriever
 
     found = Retriever(train).nearest([p.question for p in test], 1)
     return [row[0].decode("utf-8") for row in found.numpy()]
@@ -146,8 +146,8 @@ def run_tutorial(train, test, budget_min, out_dir, batch_size=64):
     import tensorflow as tf
     import tensorflow_datasets as tfds
 
-    from chatbot.model import Transformer
-    from chatbot.optim import transformer_optimizer
+    from chatbot.model.transformer import Transformer
+    from chatbot.training.optimizer import transformer_optimizer
 
     questions = [tutorial_preprocess(p.question) for p in train]
     answers = [tutorial_preprocess(p.answer) for p in train]
@@ -220,8 +220,8 @@ def run_ours(train_pairs, test, budget_min, out_dir, settings, decodes, trained=
     import keras
 
     from chatbot.config import ChatbotConfig
-    from chatbot.engine import Chatbot
-    from chatbot.train import train
+    from chatbot.decoding.engine import Chatbot
+    from chatbot.training.train import train
 
     if trained:
         model_dir = Path(trained)
@@ -255,10 +255,10 @@ def run_ours(train_pairs, test, budget_min, out_dir, settings, decodes, trained=
 def refit_rerank(bot, train_pairs):
     """`bot` with rerank weights fitted as `train` fits them: on its own validation split, retrieving from
     the rest of its training pairs. The fitting's CPU minutes are printed; they are not in the budget."""
-    from chatbot.data import split_by_question
-    from chatbot.engine import Chatbot
-    from chatbot.retrieval import Retriever
-    from chatbot.selection import fit_rerank
+    from chatbot.data.pairs import split_by_question
+    from chatbot.decoding.engine import Chatbot
+    from chatbot.retrieval.retriever import Retriever
+    from chatbot.training.best_epoch import fit_rerank
 
     started = cpu_minutes()
     fit_pairs, val_pairs = split_by_question(train_pairs, bot.config.data.val_fraction, bot.config.data.seed)
@@ -285,7 +285,7 @@ def score_ours(bot, test, out_dir, settings, decodes, info, weights):
 
 
 def reply_all(bot, test, options):
-    from chatbot.evaluate import replies_to
+    from chatbot.training.evaluate import replies_to
 
     return replies_to(bot, [p.question for p in test], **options)
 
@@ -318,7 +318,7 @@ def parse_args():
 
 def main():
     args = parse_args()
-    from chatbot.data import load_pairs, split_by_question
+    from chatbot.data.pairs import load_pairs, split_by_question
 
     pairs, _ = load_pairs(args.data)
     train, test = split_by_question(pairs, args.held_out, args.seed)

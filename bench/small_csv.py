@@ -43,8 +43,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import pandas as pd
 
-    from chatbot.data import load_pairs
-    from chatbot.engine import Chatbot
+    from chatbot.data.pairs import load_pairs
+    from chatbot.decoding.engine import Chatbot
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="small-csv-"))
     root.mkdir(parents=True, exist_ok=True)

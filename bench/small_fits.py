@@ -31,9 +31,9 @@ TRANSFORMER_SIZES = (128, 512, 1920)  # pairs: 2, 8 and 30 steps of 64
 
 def sentence_fit(pairs, eager: bool) -> tuple[int, float]:
     """(steps, seconds) of the sentence encoder's fit on `pairs`."""
-    from chatbot import sentence
-    from chatbot.tokenizer import Tokenizer
-    from chatbot.train import SENTENCE_EPOCHS
+    from chatbot.model import sentence
+    from chatbot.tokenizer.subword import Tokenizer
+    from chatbot.training.train import SENTENCE_EPOCHS
 
     texts, groups = sentence.answer_groups(pairs)
     tokenizer = Tokenizer.train(texts, min(4000, 50 + 4 * len(texts)))
@@ -53,7 +53,7 @@ def transformer_fit(pairs, eager: bool, folder: Path) -> tuple[int, float]:
     """(steps, seconds) of building and fitting the default network for one epoch of `pairs`."""
     import tensorflow as tf
 
-    from chatbot import train
+    from chatbot.training import train
     from chatbot.config import ChatbotConfig
 
     config = ChatbotConfig()
@@ -80,8 +80,9 @@ def main(argv=None) -> int:
     from chatbot.startup import import_tensorflow_quietly
 
     import_tensorflow_quietly()
-    from chatbot import sentence, train
-    from chatbot.data import load_pairs
+    from chatbot.model import sentence
+    from chatbot.training import train
+    from chatbot.data.pairs import load_pairs
 
     pairs, _ = load_pairs(args.data)
     folder = Path(tempfile.mkdtemp(prefix="small-fits-"))

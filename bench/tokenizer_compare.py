@@ -105,10 +105,10 @@ def validation_nats(tokenize, vocab_size, train_pairs, val_pairs, args):
     import keras
     import numpy as np
 
-    from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy
-    from chatbot.model import Transformer
-    from chatbot.optim import transformer_optimizer
-    from chatbot.pipeline import make_dataset
+    from chatbot.training.losses import MaskedAccuracy, MaskedSparseCrossEntropy
+    from chatbot.model.transformer import Transformer
+    from chatbot.training.optimizer import transformer_optimizer
+    from chatbot.training.batches import make_dataset
 
     def dataset(pairs, shuffle):
         return make_dataset(tokenize([p.question for p in pairs]), tokenize([p.answer for p in pairs]),
@@ -128,8 +128,8 @@ def validation_nats(tokenize, vocab_size, train_pairs, val_pairs, args):
 
 def main():
     args = parse_args()
-    from chatbot.data import load_pairs, split_by_question
-    from chatbot.tokenizer import Tokenizer
+    from chatbot.data.pairs import load_pairs, split_by_question
+    from chatbot.tokenizer.subword import Tokenizer
 
     pairs, _ = load_pairs(args.data)
     train_pairs, val_pairs = split_by_question(pairs, 0.1, 42)

@@ -34,10 +34,10 @@ def main():
     import tensorflow as tf
 
     from chatbot.config import TONES, ChatbotConfig
-    from chatbot.data import QAPair, split_by_question
-    from chatbot.datasets import load_sources
-    from chatbot.engine import Chatbot
-    from chatbot.retrieval import Retriever
+    from chatbot.data.pairs import QAPair, split_by_question
+    from chatbot.data.datasets import load_sources
+    from chatbot.decoding.engine import Chatbot
+    from chatbot.retrieval.retriever import Retriever
 
     bot = Chatbot.load(args.model)
     if not bot.has_tone:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from common import ROOT
 
-ALLOWED_RETURNS = {"chatbot/tokenizer.py"}
+ALLOWED_RETURNS = {"chatbot/tokenizer/subword.py"}
 
 
 def project_module(filename: str) -> str | None:
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     import app
     from chatbot.config import Compilation
-    from chatbot.workspace import load_chatbot
+    from chatbot.app.workspace import load_chatbot
 
     bot = load_chatbot(args.model, Compilation.WARMED, prepare=True)
     ui = app.ChatApp(bot, tempfile.mkdtemp())

@@ -46,7 +46,7 @@ def parse_args():
 
 def make_batches(args):
     """One epoch of the training pipeline's batches as numpy arrays, plus the vocabulary size."""
-    from chatbot.pipeline import make_dataset
+    from chatbot.training.batches import make_dataset
 
     pairs, tokenizer, questions, answers = tokenized_pairs(args.data, args.vocab_size)
     dataset = make_dataset(questions, answers, max_length=args.max_length, batch_size=args.batch_size)
@@ -91,9 +91,9 @@ def main():
 
     import keras
 
-    from chatbot.losses import MaskedSparseCrossEntropy
-    from chatbot.model import Transformer
-    from chatbot.optim import transformer_optimizer
+    from chatbot.training.losses import MaskedSparseCrossEntropy
+    from chatbot.model.transformer import Transformer
+    from chatbot.training.optimizer import transformer_optimizer
 
     backend = keras.backend.backend()
     xla_modes = args.xla or ("on,off" if backend == "tensorflow" else "on")

@@ -49,12 +49,12 @@ def main():
     import tensorflow as tf
 
     from chatbot.config import ChatbotConfig, ModelConfig, TrainConfig
-    from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy
-    from chatbot.model import Transformer
-    from chatbot.optim import WarmupSchedule, transformer_optimizer
-    from chatbot.pipeline import make_dataset
-    from chatbot.retrieval import Retriever
-    from chatbot.context import context_for, training_batches
+    from chatbot.training.losses import MaskedAccuracy, MaskedSparseCrossEntropy
+    from chatbot.model.transformer import Transformer
+    from chatbot.training.optimizer import WarmupSchedule, transformer_optimizer
+    from chatbot.training.batches import make_dataset
+    from chatbot.retrieval.retriever import Retriever
+    from chatbot.training.neighbours import context_for, training_batches
 
     pairs, tokenizer, questions, answers = tokenized_pairs(args.data, 8000)
     _, own_tokenizer, own_questions, own_answers = tokenized_pairs(args.data, 4000)

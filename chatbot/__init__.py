@@ -6,7 +6,7 @@
 
 Names follow the `python -m chatbot` commands: `chat` is `Chatbot.load(...).reply(...)`, `download`
 is `download_chatbot_data`, `export` is `export_saved_model`, and `train --data` reads through
-`load_source` (a CSV path or `tfds:korean_chatbot_data`); training itself is `chatbot.train.train`.
+`load_source` (a CSV path or `tfds:korean_chatbot_data`); training itself is `chatbot.training.train.train`.
 Everything is imported on first use, so `import chatbot` (and `python -m chatbot --help`) does
 not load TensorFlow. Must not hold logic of its own.
 """
@@ -16,12 +16,12 @@ from importlib import import_module
 from chatbot.config import __version__
 
 _LAZY = {
-    "Chatbot": "chatbot.engine",
+    "Chatbot": "chatbot.decoding.engine",
     "ChatbotConfig": "chatbot.config",
     "GenerationConfig": "chatbot.config",
-    "load_source": "chatbot.datasets",
-    "download_chatbot_data": "chatbot.download",
-    "export_saved_model": "chatbot.export",
+    "load_source": "chatbot.data.datasets",
+    "download_chatbot_data": "chatbot.data.download",
+    "export_saved_model": "chatbot.serving.saved_model",
 }
 
 __all__ = ["__version__", *_LAZY]

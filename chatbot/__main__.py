@@ -1,5 +1,5 @@
 import sys
 
-from chatbot.cli import main
+from chatbot.cli.main import main
 
 sys.exit(main())

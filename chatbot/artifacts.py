@@ -28,18 +28,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from chatbot.config import ChatbotConfig, __version__
+from chatbot.files import kill_point, remove_dead_temps, temp_path_beside
 
 if TYPE_CHECKING:  # TensorFlow is imported only when a model is really saved or loaded,
     import keras   # so that checking a directory stays instant for the CLI.
 
-    from chatbot.retrieval import Retriever
-    from chatbot.tokenizer import Tokenizer
+    from chatbot.retrieval.retriever import Retriever
+    from chatbot.tokenizer.subword import Tokenizer
 
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.model"
 MODEL_FILE = "model.keras"  # the Keras model: architecture and weights
-INDEX_FILE = "retrieval.json"  # the retrieval index (chatbot.retrieval), when config.context.retrieved > 0
-SENTENCE_FILE = "sentence.keras"  # the sentence encoder (chatbot.sentence), when retrieval reads meaning
+INDEX_FILE = "retrieval.json"  # the retrieval index (chatbot.retrieval.retriever), when config.context.retrieved > 0
+SENTENCE_FILE = "sentence.keras"  # the sentence encoder (chatbot.model.sentence), when retrieval reads meaning
 EMBEDDINGS_FILE = "embeddings.npy"  # its embeddings of the index's questions (float16), so a load need not embed them
 PRETRAINED_FILE = "pretrained.npy"  # multilingual-e5-small's embeddings of the index's answer documents (float16)
 PROJECTION_FILE = "projection.npy"  # the projection its cosines pass through, learned from a FAQ's own questions
@@ -48,80 +49,11 @@ METRICS_FILE = "metrics.json"
 REQUIRED_FILES = (CONFIG_FILE, TOKENIZER_FILE, MODEL_FILE)
 EXPORT_MARKER = "chatbot-export.json"  # beside saved_model.pb: this SavedModel was written by `chatbot export`
 MAX_FILE_BYTES = 1 << 30  # a model directory's file larger than this is not read (the default's largest: 20 MB)
-KILL_AT = "CHATBOT_KILL_AT"  # test hook, see kill_point
 READ_THROUGH_FOLDER = os.open in os.supports_dir_fd  # a model directory is read through one folder handle
 
 
 class ArtifactError(ValueError):
     """A model directory that is missing, incomplete or made by an incompatible version."""
-
-
-def kill_point(name: str) -> None:
-    """Test hook: SIGKILL this process here when the environment variable CHATBOT_KILL_AT is `name`,
-    so the kill tests can hit windows of a few microseconds (between two renames) every time."""
-    if os.environ.get(KILL_AT) == name:
-        os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
-
-
-def temp_path_beside(path: str | Path) -> Path:
-    """A fresh name for a temporary beside `path`; the pid in it tells `remove_dead_temps` whose it is."""
-    path = Path(path)
-    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # PermissionError: someone else's process, alive
-        return True
-    return True
-
-
-def remove_dead_temps(path: str | Path) -> None:
-    """Remove the temporaries beside `path` whose process is gone (killed while writing). Names
-    without a pid are from older versions, whose temporaries were all of dead processes by now."""
-    path = Path(path)
-    pattern = re.compile(rf"\.{re.escape(path.name)}\.(?:(\d+)\.)?\w{{8}}\.tmp")
-    try:
-        entries = list(path.parent.iterdir())
-    except OSError:
-        return
-    for entry in entries:
-        match = pattern.fullmatch(entry.name)
-        if match and not (match[1] and _alive(int(match[1]))):
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
-
-
-def discard_dir(path: str | Path) -> None:
-    """Delete a directory so that a kill midway leaves no half of it under its own name: rename it
-    to a temporary first (which the next `remove_dead_temps` of `path` finishes off)."""
-    path = Path(path)
-    if path.exists():
-        trash = temp_path_beside(path)
-        os.replace(path, trash)
-        shutil.rmtree(trash, ignore_errors=True)
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write to a temporary file beside `path`, then rename it over: readers see old or new, never half."""
-    path = Path(path)
-    temp = temp_path_beside(path)
-    try:
-        with open(temp, "xb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 def check_writable(out: str | Path) -> None:
@@ -342,8 +274,8 @@ def _read_files(path: str | Path, with_model: bool = True, tries: int = 3) -> di
 def _check_classes(path: Path, model, encoder) -> None:
     """Each Keras file holds the class it should: a swapped `model.keras` and `sentence.keras` both load, and
     would fail only at the first reply."""
-    from chatbot.model import Transformer
-    from chatbot.sentence import SentenceEncoder
+    from chatbot.model.transformer import Transformer
+    from chatbot.model.sentence import SentenceEncoder
 
     for name, loaded, expected in ((MODEL_FILE, model, Transformer), (SENTENCE_FILE, encoder, SentenceEncoder)):
         if loaded is not None and not isinstance(loaded, expected):
@@ -415,7 +347,7 @@ def _checked_config(path: str | Path, files: dict[str, bytes]) -> ChatbotConfig:
 def check_pretrained(path: str | Path, needed: str) -> None:
     """The installed pretrained encoder is the one a model directory's index was embedded with (package, version
     and the weight file's sha256, `pretrained.encoder_identity`), or one ArtifactError saying what to install."""
-    from chatbot.pretrained import installed_identity
+    from chatbot.model.pretrained import installed_identity
 
     try:
         installed = installed_identity()
@@ -434,10 +366,10 @@ def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, "Tokenizer", "keras
     import keras
     import numpy as np
 
-    import chatbot.model  # noqa: F401  (registers the layers for deserialization)
-    import chatbot.sentence  # noqa: F401  (and the sentence encoder's)
-    from chatbot.retrieval import Retriever
-    from chatbot.tokenizer import Tokenizer
+    import chatbot.model.transformer  # noqa: F401  (registers the layers for deserialization)
+    import chatbot.model.sentence  # noqa: F401  (and the sentence encoder's)
+    from chatbot.retrieval.retriever import Retriever
+    from chatbot.tokenizer.subword import Tokenizer
 
     files = _read_files(path)  # the bytes actually loaded are the ones checked
     config = _checked_config(path, files)
@@ -458,7 +390,7 @@ def load_model_dir(path: str | Path) -> tuple[ChatbotConfig, "Tokenizer", "keras
                       if encoder is not None and EMBEDDINGS_FILE in files else None)
         pretrained = pretrained_embeddings = projection = None
         if config.context.retrieved and config.retrieval.pretrained:
-            from chatbot.pretrained import load_for_korean
+            from chatbot.model.pretrained import load_for_korean
 
             pretrained = load_for_korean()
             if PRETRAINED_FILE in files:  # else (removed by hand) the index's documents are embedded again

@@ -65,6 +65,9 @@ class TokenizerConfig:
     vocab_hash: str = ""  # sha256 of the SentencePiece model, checked on load
 
 
+VAL_FRACTION = 0.1  # questions held out to choose the epoch (data of 1,000 pairs or more: `chatbot.training.sizing`)
+
+
 @dataclass(frozen=True)
 class DataConfig:
     paths: tuple[str, ...] = ()  # the CSV files (or dataset names) the model was trained on
@@ -93,7 +96,7 @@ class ContextConfig:
                              "--tone` asks for)")  # a help for --no-tone, as for every field True by default
     tone_dropout: float = 0.2  # share of training questions shown without their tone, so asking none works
     # Share of training questions whose own answer replaces one of their retrieved answers (Retrieve and
-    # Refine), or with `questions`, one neighbour that answers alike (chatbot.context.with_gold_biased):
+    # Refine), or with `questions`, one neighbour that answers alike (chatbot.training.neighbours.with_gold_biased):
     # without it the model is slow to learn that the candidates are worth reading.
     gold_rate: float = 0.5
     questions: bool = _flag(False, "show each retrieved answer with the question it answered, so the encoder can "
@@ -120,7 +123,7 @@ NO_CONTEXT = ContextConfig(retrieved=0, tone=False)  # what models saved before 
 
 @dataclass(frozen=True)
 class RerankConfig:
-    """The weights `chatbot.rerank.choose` gives a candidate reply's mean log-probability under the model,
+    """The weights `chatbot.decoding.rerank.choose` gives a candidate reply's mean log-probability under the model,
     its question's retrieval score and its overlap with the other retrieved answers. `train` fits them on
     its validation questions (`fitted_on` of them; 0: these defaults, the weights fitted for the 20-minute
     model of `bench/quality.py`)."""
@@ -150,7 +153,7 @@ class RetrievalConfig:
     The score is a weighted mean of cosine similarities: `characters` (TF-IDF over the characters and
     character bigrams of the training question), `answers` (the same over one document per distinct answer:
     the answer with every question it was given to), `meaning` (the sentence encoder's embeddings of the
-    two texts, `chatbot.sentence`) and `pretrained` (multilingual-e5-small, `chatbot.pretrained`: the message
+    two texts, `chatbot.model.sentence`) and `pretrained` (multilingual-e5-small, `chatbot.model.pretrained`: the message
     against each distinct answer's document; 0 loads no pretrained encoder; `pretrained_encoder` names the
     weights it was embedded with, `pretrained.encoder_identity`). A message with the conversation before it is
     scored as one text, weighted `conversation`, and as the new message alone, weighted the rest (a first
@@ -223,7 +226,7 @@ DISTRIBUTIONS = ("auto", "mirrored", "multi-worker")
 
 @dataclass(frozen=True)
 class TrainConfig:
-    # None: chosen from the data's size by chatbot.schedule.fitted_to_data (explicit values are kept).
+    # None: chosen from the data's size by chatbot.training.sizing.fitted_to_data (explicit values are kept).
     epochs: int | None = _flag(None, "passes over the data")
     batch_size: int | None = _flag(None, "pairs per step")
     warmup_steps: int | None = _flag(None, "steps of rising learning rate")
@@ -273,7 +276,7 @@ def _check_seed(seed) -> None:
         raise ValueError(f"seed must be an integer between 0 and {INT32_MAX}, got {_short(seed)}")
 
 
-STRATEGIES = ("greedy", "beam", "sample")  # chatbot.samplers has a sampler for each
+STRATEGIES = ("greedy", "beam", "sample")  # chatbot.decoding.samplers has a sampler for each
 MAX_BEAMS = 8  # each beam width compiles (and keeps) its own decoding function
 MAX_CANDIDATES = 16  # retrieved answers weighed against the generated reply; each count compiles its own loop
 class Compilation(str, enum.Enum):

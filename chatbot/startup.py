@@ -1,7 +1,7 @@
 """Loading TensorFlow and a model without their start-up noise.
 
 Owns: `import_tensorflow_quietly`, which the CLI and the web app call before their first TensorFlow use,
-`native_notes_quieted`, which `chatbot.tokenizer` wraps around making a SentencePiece op, and
+`native_notes_quieted`, which `chatbot.tokenizer.subword` wraps around making a SentencePiece op, and
 `keras_extras_left_out`, which keeps the CLI's import of Keras lean. TensorFlow prints
 lines before its logging is set up ("All log messages before absl::InitializeLog()", oneDNN and CUDA-driver notes, and on a
 machine without a GPU "failed call to cuInit"), and SentencePiece notes how it normalises when a tokenizer is

@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     import app
-    from chatbot.workspace import load_chatbot
+    from chatbot.app.workspace import load_chatbot
     from playwright.sync_api import expect, sync_playwright
 
     with socket.socket() as sock:

@@ -177,8 +177,8 @@ def tiny_model_dir(tmp_path_factory, tiny_csv, tiny_dialogues_csv) -> Path:
     default model does), trained once per test run: 540 steps, after which it gives every answer exactly (it
     also reads the retrieved answer; at 300 steps 7 of 30 replies were off). Alone in its folder: tests use
     that folder as a model shelf. pytest-xdist's workers share it: the first to get here trains it."""
-    from chatbot.data import load_pairs
-    from chatbot.train import train
+    from chatbot.data.pairs import load_pairs
+    from chatbot.training.train import train
 
     def make(out):
         pairs = load_pairs(tiny_csv)[0] + load_pairs(tiny_dialogues_csv)[0]
@@ -190,9 +190,9 @@ def tiny_model_dir(tmp_path_factory, tiny_csv, tiny_dialogues_csv) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_saved_model(tmp_path_factory, tiny_model_dir) -> Path:
-    """The tiny model exported as a SavedModel (`chatbot.export`), once per test run and shared by the workers as
+    """The tiny model exported as a SavedModel (`chatbot.serving.saved_model`), once per test run and shared by the workers as
     `tiny_model_dir` is: an export traces every signature, seconds each. Tests read it, or copy it first."""
-    from chatbot.export import export_saved_model
+    from chatbot.serving.saved_model import export_saved_model
 
     return made_once(tmp_path_factory, "tiny_export", "saved", "saved_model.pb",
                      lambda out: export_saved_model(tiny_model_dir, out))
@@ -203,7 +203,7 @@ def tiny_bot(tiny_model_dir):
     """The tiny model's `Chatbot`, decoding as a plain graph: with XLA every new batch and encoder-length
     shape costs seconds of compilation on a CPU, again and again across the suite. The XLA loop gives the
     same tokens (test_engine.py checks it), and the tests of XLA itself, warm-up and the SavedModel use it."""
-    from chatbot.engine import Chatbot
+    from chatbot.decoding.engine import Chatbot
 
     return Chatbot.load(tiny_model_dir, compilation="graph")
 

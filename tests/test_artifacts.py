@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from chatbot.artifacts import (CONFIG_FILE, INDEX_FILE, MODEL_FILE, SENTENCE_FILE, TOKENIZER_FILE, ArtifactError,
-                               array_bytes, atomic_write_bytes, check_model_dir, load_model_dir, save_model_dir)
+                               array_bytes, check_model_dir, load_model_dir, save_model_dir)
+from chatbot.files import atomic_write_bytes
 
 
 def copy_of(model_dir, tmp_path, name="copy"):

@@ -18,9 +18,9 @@ import json, sys
 import numpy as np
 import keras
 from chatbot.config import ModelConfig
-from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy
-from chatbot.model import Transformer
-from chatbot.optim import transformer_optimizer
+from chatbot.training.losses import MaskedAccuracy, MaskedSparseCrossEntropy
+from chatbot.model.transformer import Transformer
+from chatbot.training.optimizer import transformer_optimizer
 assert keras.backend.backend() == "jax"
 assert not [name for name in sys.modules if name.startswith("tensorflow") and name.split(".")[0] == "tensorflow"
             and "chatbot" in getattr(sys.modules[name], "__file__", "")]
@@ -58,7 +58,7 @@ def test_weights_trained_under_jax_give_the_tensorflow_model_the_same_logits(tmp
     import tensorflow as tf  # noqa: F401  (the TensorFlow backend, as in the rest of the suite)
 
     from chatbot.config import ModelConfig
-    from chatbot.model import Transformer
+    from chatbot.model.transformer import Transformer
 
     encoder, decoder = training_arrays(tmp_path / "arrays.npz")
     weights, logits = tmp_path / "jax.weights.h5", tmp_path / "logits.npy"
@@ -78,8 +78,8 @@ def test_weights_trained_under_jax_give_the_tensorflow_model_the_same_logits(tmp
 
 def test_the_networks_modules_import_no_tensorflow():
     """What defines and trains the network reads only Keras, so it runs where TensorFlow is not installed."""
-    script = ("import sys\nimport chatbot.model, chatbot.losses, chatbot.optim, chatbot.schedule, chatbot.special, "
-              "chatbot.sentence\n"
+    script = ("import sys\nimport chatbot.model.transformer, chatbot.training.losses, chatbot.training.optimizer, chatbot.training.sizing, chatbot.tokenizer.special, "
+              "chatbot.model.sentence\n"
               "print(sorted(n for n in sys.modules if n == 'tensorflow' or n.startswith('tensorflow.')))")
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT,
                          env={**os.environ, "KERAS_BACKEND": "numpy", "PYTHONPATH": str(ROOT)})

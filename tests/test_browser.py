@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chatbot.workspace import load_chatbot
+from chatbot.app.workspace import load_chatbot
 from conftest import launch_app
 
 CHROMIUM = Path("/usr/bin/chromium")

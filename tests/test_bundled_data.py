@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chatbot.data import load_pairs
+from chatbot.data.pairs import load_pairs
 from conftest import SHARED_CHATBOT_DATA
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -84,7 +84,7 @@ def test_no_personal_data(loaded):
 
 
 def test_every_pair_fits_max_length_after_tokenization(loaded):
-    from chatbot.tokenizer import Tokenizer
+    from chatbot.tokenizer.subword import Tokenizer
 
     pairs, _ = loaded
     texts = [p.question for p in pairs] + [p.answer for p in pairs]

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from chatbot import cli, terminal
+from chatbot.cli import main as cli, terminal
 from conftest import ROOT, TINY_PAIRS, history_of, stages_run, write_csv
 
 
@@ -79,7 +79,7 @@ def test_a_mistake_in_flags_cluster_csv_or_model_is_said_before_tensorflow_loads
         ("export", "--model", nothing, "--out", tmp_path / "e"): "no model directory",
     }
     argvs = [[str(arg) for arg in argv] for argv in mistakes]
-    script = ("import os, sys\nfrom chatbot.cli import main\nos.environ['TF_CONFIG'] = '{oops'\n"
+    script = ("import os, sys\nfrom chatbot.cli.main import main\nos.environ['TF_CONFIG'] = '{oops'\n"
               f"for argv in {argvs!r}:\n    print('status', main(argv))\n"
               "print('tensorflow loaded', 'tensorflow' in sys.modules)\n")
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
@@ -172,7 +172,7 @@ def test_a_hostile_model_directory_is_one_error_line(tmp_path, capsys, tiny_mode
 
 def record_compilation(monkeypatch) -> list[str]:
     """`Chatbot.load`, unchanged, noting the `Compilation` each call asked for."""
-    from chatbot.engine import Chatbot, Compilation
+    from chatbot.decoding.engine import Chatbot, Compilation
 
     asked, load = [], Chatbot.load.__func__
 
@@ -187,7 +187,7 @@ def record_compilation(monkeypatch) -> list[str]:
 def test_chat_one_shot(tiny_model_dir, tiny_bot, capsys, monkeypatch):
     """One question decodes without XLA and eagerly: compiling, or tracing a graph, costs more than the reply."""
     import tensorflow as tf
-    from chatbot.engine import Chatbot
+    from chatbot.decoding.engine import Chatbot
 
     asked, compiled, reply = record_compilation(monkeypatch), [], Chatbot.reply
 
@@ -223,7 +223,7 @@ def test_train_refuses_to_overwrite(tiny_model_dir, tmp_path, capsys):
 
 
 def test_train_reads_several_csvs_with_a_report_each_and_a_total(tmp_path, capsys):
-    from chatbot.datasets import load_sources
+    from chatbot.data.datasets import load_sources
 
     first = write_csv(tmp_path / "a.csv", [("배고파", "밥 먹어요.", 0), ("졸려", "자요.", 0)])
     second = write_csv(tmp_path / "b.csv", [("배고파", "밥 먹어요.", 0), ("추워", "옷 입어요.", 0)])
@@ -272,12 +272,12 @@ def test_an_unwritable_out_is_refused(tmp_path, capsys, monkeypatch):
 
 
 def test_a_permission_error_while_training_is_one_line(tmp_path, capsys, monkeypatch):
-    import chatbot.train
+    import chatbot.training.train
 
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied", str(tmp_path / "m.training"))
 
-    monkeypatch.setattr(chatbot.train, "train", refuse)
+    monkeypatch.setattr(chatbot.training.train, "train", refuse)
     assert_user_error(*main(capsys, *train_args(tmp_path))[::2], "Permission denied", "m.training")
 
 
@@ -351,7 +351,7 @@ def test_a_conversation_ended_at_once_waits_for_its_trace_and_exits_cleanly(tiny
     script = ("import builtins, sys, types\n"
               "sys.stdin = types.SimpleNamespace(isatty=lambda: True)\n"
               "builtins.input = lambda prompt='': ''\n"
-              "from chatbot.cli import main\n"
+              "from chatbot.cli.main import main\n"
               f"sys.exit(main(['chat', '--model', {str(tiny_model_dir)!r}]))\n")
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0 and "FATAL" not in run.stderr, run.stderr[-2000:]
@@ -388,7 +388,7 @@ def test_a_tokenizer_that_does_not_match_the_model_is_refused_on_load(tiny_model
     import json
     import shutil
 
-    from chatbot.tokenizer import Tokenizer
+    from chatbot.tokenizer.subword import Tokenizer
 
     hostile = shutil.copytree(tiny_model_dir, tmp_path / "hostile")
     other = Tokenizer.train([q for q, _, _ in TINY_PAIRS], 130)
@@ -544,7 +544,7 @@ def test_a_new_csv_builds_on_the_base_model_keeps_its_vocabulary_and_reads_meani
     import json
 
     from chatbot.config import FOR_OWN_DATA
-    from chatbot.engine import Chatbot
+    from chatbot.decoding.engine import Chatbot
 
     faq = [(question, answer, 0) for pair in (
         ("몇 시에 열어요?", "언제 문 열어요?", "아침 9시에 열어요."), ("주차 돼요?", "차 댈 곳 있어요?", "건물 뒤에 대세요."),
@@ -567,8 +567,8 @@ def test_a_new_csv_builds_on_the_base_model_keeps_its_vocabulary_and_reads_meani
     assert [p.question for p in bot.retriever.pairs] == [q for q, _, _ in faq]
     assert 0 < bot.retriever.config.threshold < 1  # calibrated on the questions that share an answer
     # the saved embeddings are every answer document's (training's reused, the rest embedded), small talk's too
-    from chatbot.pretrained import embed
-    from chatbot.retrieval import PRETRAINED_PREFIXES, answer_documents
+    from chatbot.model.pretrained import embed
+    from chatbot.retrieval.retriever import PRETRAINED_PREFIXES, answer_documents
     index = bot.retriever.pretrained
     fresh = embed(index.encoder, index.tokenizer, answer_documents(bot.retriever.pairs)[0], PRETRAINED_PREFIXES[1])
     assert np.allclose(index.embeddings.numpy(), fresh, atol=2e-3)  # saved as float16
@@ -590,9 +590,9 @@ def test_ctrl_c_swallowed_by_a_garbage_collection_hook_still_stops_training(tmp_
     import gc
     import signal
 
-    import chatbot.train
+    import chatbot.training.train
 
-    fit = chatbot.train.fit
+    fit = chatbot.training.train.fit
 
     def interrupted_in_a_gc_hook(*args, **kwargs):
         def hook(phase, info):
@@ -605,7 +605,7 @@ def test_ctrl_c_swallowed_by_a_garbage_collection_hook_still_stops_training(tmp_
         gc.collect()
         return fit(*args, **kwargs)
 
-    monkeypatch.setattr(chatbot.train, "fit", interrupted_in_a_gc_hook)
+    monkeypatch.setattr(chatbot.training.train, "fit", interrupted_in_a_gc_hook)
     status, out, err = main(capsys, *train_args(tmp_path))
     assert status == 130 and "error: interrupted" in err
     assert not (tmp_path / "m").exists()

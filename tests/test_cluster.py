@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from chatbot.cluster import ClusterRole, read_tf_config, worker_out_dir
+from chatbot.training.distributed import ClusterRole, read_tf_config, worker_out_dir
 from conftest import PORT_ATTEMPTS, ROOT, TINY_PAIRS, saved_model_class, unused_port, write_csv
 
 TINY_MODEL = ["--from-scratch", "--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--dff", "64", "--vocab-size", "200",
@@ -97,14 +97,14 @@ def test_a_bad_tf_config_is_one_error_line_and_exit_2(tmp_path):
 
 @pytest.mark.slow  # two TensorFlow processes training together
 def test_two_workers_train_one_model_that_the_chief_saves_and_answers(tmp_path):
-    from chatbot.engine import Chatbot
+    from chatbot.decoding.engine import Chatbot
 
     csv = write_csv(tmp_path / "d.csv", TINY_PAIRS)
     results = train_two_workers(lambda i: ["--data", csv, "--out", tmp_path / f"m{i}", *TINY_MODEL], tmp_path)
     assert [status for _, _, status in results] == [0, 0], [err[-2000:] for _, err, _ in results]
     assert "saved:" in results[0][0] and "chief saves the model" in results[1][0]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["d.csv", "m0"]  # worker 1 left nothing behind
-    assert saved_model_class(tmp_path / "m0") == "chatbot.model.Transformer"  # no multi-worker work-arounds in it
+    assert saved_model_class(tmp_path / "m0") == "chatbot.model.transformer.Transformer"  # no multi-worker work-arounds in it
     # One model trained across both: each worker's strategy has both replicas (each reads half of every batch),
     # the epoch's loss each logs is the same, reduced across them, and it is the loss in the chief's history.
     assert all("2 replica(s)" in out for out, _, _ in results)

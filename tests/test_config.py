@@ -56,7 +56,7 @@ def test_generation_settings_from_loose_ui_values():
 
 
 def test_every_decoding_option_is_a_cli_flag_with_its_default():
-    from chatbot.cli import build_parser
+    from chatbot.cli.main import build_parser
 
     args = build_parser().parse_args(["chat"])
     assert {name: getattr(args, name) for name in DECODING_OPTIONS} == dataclasses.asdict(GenerationConfig())
@@ -65,7 +65,7 @@ def test_every_decoding_option_is_a_cli_flag_with_its_default():
 
 
 def test_every_training_setting_with_a_help_is_a_train_flag_with_its_default():
-    from chatbot.cli import build_parser, training_config
+    from chatbot.cli.main import build_parser, training_config
 
     required = ["train", "--data", "a.csv", "--out", "m"]
     assert training_config(build_parser().parse_args(required)) == ChatbotConfig(data=DataConfig(paths=("a.csv",)),

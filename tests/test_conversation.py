@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from chatbot.data import DataError, load_pairs
-from chatbot.layers import answer_positions
-from chatbot.pipeline import encoder_inputs, split_turns
-from chatbot.text import (CONTEXT_CHARS, MAX_HISTORY_MESSAGES, TURN, check_history, check_questions, conversation,
+from chatbot.data.pairs import DataError, load_pairs
+from chatbot.model.layers import answer_positions
+from chatbot.model.inputs import encoder_inputs, split_turns
+from chatbot.data.text import (CONTEXT_CHARS, MAX_HISTORY_MESSAGES, TURN, check_history, check_questions, conversation,
                           normalize, question_part, with_context)
-from chatbot.tokenizer import END_ID, SEPARATOR_ID, START_ID
+from chatbot.tokenizer.subword import END_ID, SEPARATOR_ID, START_ID
 from conftest import write_csv
 
 HISTORY = [{"role": "user", "content": "배고파"}, {"role": "assistant", "content": "뭐  먹고 싶어요?"}]
@@ -122,8 +122,8 @@ def test_retrieval_scores_a_follow_up_by_its_conversation_or_by_the_message_alon
     import dataclasses
 
     from chatbot.config import CHARACTERS_ONLY
-    from chatbot.data import QAPair
-    from chatbot.retrieval import Retriever
+    from chatbot.data.pairs import QAPair
+    from chatbot.retrieval.retriever import Retriever
 
     pairs = [QAPair(TURN.join(["응", "우산 있어요?", "소나기 온다"]), "다행이에요."), QAPair("응 그래", "좋아요."),
              QAPair("배고파", "뭐 먹을래요?")]
@@ -149,8 +149,8 @@ def test_a_change_of_topic_mid_conversation_finds_the_neighbours_of_its_own_word
     import dataclasses
 
     from chatbot.config import CHARACTERS_ONLY
-    from chatbot.data import QAPair
-    from chatbot.retrieval import Retriever
+    from chatbot.data.pairs import QAPair
+    from chatbot.retrieval.retriever import Retriever
 
     pairs = [QAPair(TURN.join(["응", "우산 있어요?", "소나기 온다"]), "다행이에요."),
              QAPair(TURN.join(["8시", "몇 시에 나가요?", "소나기 온다 우산 챙겨야지"]), "우산 꼭 챙겨요."),
@@ -166,7 +166,7 @@ def test_a_change_of_topic_mid_conversation_finds_the_neighbours_of_its_own_word
 
 
 def test_the_saved_models_graph_joins_a_history_as_with_context_does():
-    from chatbot.export import with_context_graph
+    from chatbot.serving.saved_model import with_context_graph
 
     histories = [["", "가나다" * 100, "짧아  요"], ["", "", "배고파"], ["", "", ""], ["하나", "둘", "셋"]]
     joined = with_context_graph(tf.constant(["응", "피자", "안녕", "넷"]), tf.constant(histories), 2).numpy()

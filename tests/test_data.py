@@ -1,7 +1,7 @@
 import pytest
 
-from chatbot.data import DataError, QAPair, load_pairs, split_by_question
-from chatbot.text import normalize
+from chatbot.data.pairs import DataError, QAPair, load_pairs, split_by_question
+from chatbot.data.text import normalize
 from conftest import SHARED_CHATBOT_DATA, TINY_PAIRS, write_csv
 
 

@@ -11,12 +11,12 @@ import pytest
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download import checksums
 
-import chatbot.datasets.korean_chatbot_data.korean_chatbot_data_dataset_builder as builder_module
+import chatbot.data.datasets.korean_chatbot_data.korean_chatbot_data_dataset_builder as builder_module
 from chatbot.config import DataConfig
-from chatbot.data import DataError, load_pairs, split_by_question
-from chatbot.datasets import load_source
-from chatbot.datasets.korean_chatbot_data import KoreanChatbotData
-from chatbot.download import CHATBOT_DATA_SHA256
+from chatbot.data.pairs import DataError, load_pairs, split_by_question
+from chatbot.data.datasets import load_source
+from chatbot.data.datasets.korean_chatbot_data import KoreanChatbotData
+from chatbot.data.download import CHATBOT_DATA_SHA256
 from conftest import SHARED_CHATBOT_DATA
 
 DUMMY_DIR = Path(builder_module.__file__).parent / "dummy_data"
@@ -80,7 +80,7 @@ def test_the_validation_split_is_the_one_train_holds_out(tmp_path):
     builder = tfds.builder("korean_chatbot_data/local", data_dir=tmp_path)
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=DUMMY_DIR))
     held_out = {ex["question"].decode() for ex in tfds.as_numpy(builder.as_dataset(split="validation"))}
-    from chatbot.schedule import VAL_FRACTION  # what `train` holds out of 1,000 pairs or more, as of ChatbotData
+    from chatbot.config import VAL_FRACTION  # what `train` holds out of 1,000 pairs or more, as of ChatbotData
 
     _, val = split_by_question(load_pairs(DUMMY)[0], VAL_FRACTION, DataConfig().seed)
     assert held_out == {p.question for p in val} and held_out
@@ -154,7 +154,7 @@ def test_the_shared_subset_builds_with_the_opt_in_and_is_refused_without(tmp_pat
 
 
 def test_train_with_an_unknown_tfds_name_prints_one_error_line(tmp_path, capsys):
-    from chatbot import cli
+    from chatbot.cli import main as cli
 
     assert cli.main(["train", "--data", "tfds:no_such_set", "--out", str(tmp_path / "m")]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]

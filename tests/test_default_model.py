@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from chatbot.config import ChatbotConfig
-from chatbot.data import load_pairs, split_by_question
-from chatbot.datasets import load_sources
+from chatbot.data.pairs import load_pairs, split_by_question
+from chatbot.data.datasets import load_sources
 from topics import TOPIC_QUESTIONS, on_topic
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +27,7 @@ def default_bot():
     """Decoding as a plain graph: these tests judge the model's replies, which XLA leaves the same
     (test_engine.py), and each XLA compilation of the full-size model for a new batch shape or
     setting took seconds (the file ran 36 s alone with XLA, 23 s without)."""
-    from chatbot.engine import Chatbot
+    from chatbot.decoding.engine import Chatbot
 
     return Chatbot.load(DEFAULT_MODEL, compilation="graph")
 
@@ -112,8 +112,8 @@ def test_tidying_leaves_every_answer_of_its_index_as_it_is(default_bot):
     import numpy as np
     import tensorflow as tf
 
-    from chatbot.engine import tidy
-    from chatbot.tokenizer import END_ID, PAD_ID
+    from chatbot.decoding.engine import tidy
+    from chatbot.tokenizer.subword import END_ID, PAD_ID
 
     answers = sorted({p.answer for p in default_bot.retriever.pairs})
     length = default_bot.max_length

@@ -5,8 +5,9 @@ import hashlib
 
 import pytest
 
-from chatbot import cli, download
-from chatbot.download import DownloadError, download_chatbot_data
+from chatbot.cli import main as cli
+from chatbot.data import download
+from chatbot.data.download import DownloadError, download_chatbot_data
 from conftest import ROOT
 
 CSV = "Q,A,label\n12시 땡!,하루가 또 가네요.,0\n".encode()
@@ -50,7 +51,7 @@ PUBLIC_SHA256 = "287eb129695b577321c80ad397bb3c2279164d4ca577874d129fd3db5b30afe
 
 def test_the_pinned_checksum_is_the_public_file_in_both_places():
     assert (download.CHATBOT_DATA_SHA256, download.CHATBOT_DATA_SIZE) == (PUBLIC_SHA256, 889_842)
-    line = (ROOT / "chatbot" / "datasets" / "korean_chatbot_data" / "checksums.tsv").read_text(encoding="utf-8")
+    line = (ROOT / "chatbot" / "data" / "datasets" / "korean_chatbot_data" / "checksums.tsv").read_text(encoding="utf-8")
     assert line.split("\t") == [download.CHATBOT_DATA_URL, "889842", PUBLIC_SHA256, "ChatbotData.csv\n"]
 
 

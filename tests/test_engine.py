@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from chatbot.config import GenerationConfig
-from chatbot.engine import BATCH_BUCKETS, COMPILED_KEPT
-from chatbot.engine import Chatbot
-from chatbot.pipeline import bucket
-from chatbot.engine import Plan
-from chatbot.tokenizer import END_ID, NUM_SPECIAL
+from chatbot.decoding.engine import BATCH_BUCKETS, COMPILED_KEPT
+from chatbot.decoding.engine import Chatbot
+from chatbot.model.inputs import bucket
+from chatbot.decoding.engine import Plan
+from chatbot.tokenizer.subword import END_ID, NUM_SPECIAL
 from conftest import TINY_PAIRS, follow_up_answer, history_of, stages_run
 
 QUESTIONS = [q for q, _, _ in TINY_PAIRS]
@@ -177,8 +177,8 @@ def test_questions_over_the_cap_are_refused_with_a_clear_message(tiny_bot):
 def test_agreement_is_the_token_f1_with_the_retrieved_answers():
     import tensorflow as tf
 
-    from chatbot.rerank import agreement
-    from chatbot.tokenizer import SEPARATOR_ID
+    from chatbot.decoding.rerank import agreement
+    from chatbot.tokenizer.subword import SEPARATOR_ID
 
     encoder = tf.constant([[1, 20, 21, 2, SEPARATOR_ID, 30, 31, 32, 33, 0],   # retrieved answer 30 31 32 33
                            [1, 20, 30, 2, 0, 0, 0, 0, 0, 0],                   # no retrieved answer
@@ -195,7 +195,7 @@ def test_agreement_is_the_token_f1_with_the_retrieved_answers():
 def test_beam_consensus_is_the_mean_token_f1_with_the_other_beams():
     import tensorflow as tf
 
-    from chatbot.rerank import beam_consensus
+    from chatbot.decoding.rerank import beam_consensus
 
     replies = tf.constant([[[30, 31, 2, 0], [30, 31, 32, 2], [40, 41, 2, 0]],
                            [[30, 2, 0, 0], [2, 0, 0, 0], [30, 2, 0, 0]]])
@@ -248,9 +248,9 @@ SWEEP = f"""
 import gc, json, sys
 from chatbot.startup import import_tensorflow_quietly
 import_tensorflow_quietly(lean=True)  # as the command line loads it: without Keras's optional extras
-import chatbot.engine
-from chatbot.engine import Chatbot
-chatbot.engine.COMPILED_KEPT = {SWEEP_KEPT}
+import chatbot.decoding.engine
+from chatbot.decoding.engine import Chatbot
+chatbot.decoding.engine.COMPILED_KEPT = {SWEEP_KEPT}
 
 def resident_mib():
     with open("/proc/self/statm") as statm:
@@ -381,8 +381,8 @@ def test_a_message_no_training_question_is_near_gets_the_fallback_everywhere(tin
     the details say so; a message that may signal a crisis still gets the crisis reply."""
     import dataclasses
 
-    from chatbot.retrieval import Retriever
-    from chatbot.safety import SELF_HARM_REPLY
+    from chatbot.retrieval.retriever import Retriever
+    from chatbot.safety.keywords import SELF_HARM_REPLY
 
     retriever = tiny_bot.retriever
     config = dataclasses.replace(tiny_bot.config, retrieval=dataclasses.replace(
@@ -439,7 +439,7 @@ def test_a_bad_history_is_refused_before_decoding(tiny_bot, history):
 
 
 def test_the_crisis_reply_answers_the_new_message_not_the_conversation(tiny_bot):
-    from chatbot.safety import crisis_reply
+    from chatbot.safety.keywords import crisis_reply
 
     crisis = "죽고 싶어"
     assert crisis_reply(crisis)
@@ -452,7 +452,7 @@ def test_the_crisis_reply_answers_the_new_message_not_the_conversation(tiny_bot)
 def test_a_request_is_validated_once(tiny_bot, monkeypatch, tmp_path):
     """One `/chat` request through the app, and one `Chatbot.reply`, check the question and the settings once."""
     import app
-    import chatbot.engine as engine
+    import chatbot.decoding.engine as engine
 
     counts = {"questions": 0, "request": 0}
     check_questions, request = engine.check_questions, engine.Chatbot.request

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from chatbot.safety import ABUSE_REPLY, SELF_HARM_REPLY
+from chatbot.safety.keywords import ABUSE_REPLY, SELF_HARM_REPLY
 from conftest import TINY_PAIRS, follow_up_answer
 
 # Runs in a fresh interpreter that must never import the chatbot package.
@@ -53,7 +53,7 @@ def test_saved_model_answers_like_chatbot_without_the_package(tiny_bot, tiny_sav
 def reference_cut(row: list[int], copies: int = 3) -> int:
     """`repeat_cut` for one row, written plainly: the earliest end of a phrase of 3+ tokens said twice in a row
     (keep its first copy), or a loop of a 1-8 token block run to the limit (keep its first copy); the earlier."""
-    from chatbot.tokenizer import END_ID, PAD_ID
+    from chatbot.tokenizer.subword import END_ID, PAD_ID
 
     length = len(row)
     valid = next((i for i, t in enumerate(row) if t in (END_ID, PAD_ID)), length)
@@ -79,7 +79,7 @@ def test_repeat_cut_says_a_repeated_phrase_once_and_cuts_a_runaway_loop():
     import numpy as np
     import tensorflow as tf
 
-    from chatbot.engine import repeat_cut
+    from chatbot.decoding.engine import repeat_cut
 
     length, rng = 16, np.random.default_rng(0)
     rows = [[5 + (i % 3) for i in range(length)],  # a 3-token loop
@@ -106,7 +106,7 @@ def test_tidy_says_a_stutter_once_and_keeps_the_rest_of_the_reply():
     import numpy as np
     import tensorflow as tf
 
-    from chatbot.engine import repeat_cut, tidy
+    from chatbot.decoding.engine import repeat_cut, tidy
 
     def padded(row, length=16):
         return row + [0] * (length - len(row))

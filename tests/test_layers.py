@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from chatbot.layers import (DecoderLayer, EncoderLayer, MultiHeadAttention, PositionalEmbedding, causal_mask,
+from chatbot.model.layers import (DecoderLayer, EncoderLayer, MultiHeadAttention, PositionalEmbedding, causal_mask,
                             look_ahead_mask, padding_mask, positional_encoding)
 
 

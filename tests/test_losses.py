@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from chatbot.losses import MaskedAccuracy, MaskedSparseCrossEntropy
+from chatbot.training.losses import MaskedAccuracy, MaskedSparseCrossEntropy
 
 
 def test_loss_ignores_padding():

@@ -2,9 +2,9 @@ import keras
 import numpy as np
 import pytest
 
-from chatbot.model import Transformer, copy_parts
-from chatbot.layers import answer_positions
-from chatbot.tokenizer import PAD_ID, SEPARATOR_ID, START_ID
+from chatbot.model.transformer import Transformer, copy_parts
+from chatbot.model.layers import answer_positions
+from chatbot.tokenizer.subword import PAD_ID, SEPARATOR_ID, START_ID
 
 ENCODER_IDS = np.array([[1, 5, 6, 7, 2, 0], [1, 9, 2, 0, 0, 0]])
 DECODER_IDS = np.array([[1, 8, 9, 10, 11], [1, 12, 13, 2, 0]])

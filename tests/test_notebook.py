@@ -32,7 +32,7 @@ EXECUTION = {}  # seconds the executed fixture's run took
 
 
 def shown_figures(cell) -> int:
-    """Figures a cell shows: pyplot's `plt.show()` or a `chatbot.plots` figure passed to `display`."""
+    """Figures a cell shows: pyplot's `plt.show()` or a `chatbot.app.plots` figure passed to `display`."""
     return cell.source.count("plt.show()") + cell.source.count("display(figure)")
 
 
@@ -61,7 +61,7 @@ def test_notebook_defines_no_classes_and_imports_the_package(source_notebook):
     source = "\n".join(cell.source for cell in code_cells(source_notebook))
     assert not re.search(r"^\s*class\s+\w+", source, re.M), "the tutorial must import model code, not define it"
     assert not re.search(r"keras\.(layers\.Layer|Model)\s*\)", source)
-    for module in ("chatbot.model", "chatbot.engine", "chatbot.train", "chatbot.data", "chatbot.plots"):
+    for module in ("chatbot.model.transformer", "chatbot.decoding.engine", "chatbot.training.train", "chatbot.data.pairs", "chatbot.app.plots"):
         assert f"from {module} import" in source
 
 

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from chatbot.optim import FusedAdam, WarmupSchedule, transformer_optimizer
+from chatbot.training.optimizer import FusedAdam, WarmupSchedule, transformer_optimizer
 
 
 def test_schedule_values_at_known_steps():
@@ -70,7 +70,7 @@ def test_optimizer_configs_load_by_registered_name_whatever_module_they_name():
     saved = json.loads(json.dumps(keras.optimizers.serialize(transformer_optimizer(128, 4000))))
     assert saved["registered_name"] == "chatbot>FusedAdam"
     assert saved["config"]["learning_rate"]["registered_name"] == "chatbot>WarmupSchedule"
-    saved["module"] = saved["config"]["learning_rate"]["module"] = "chatbot.losses"
+    saved["module"] = saved["config"]["learning_rate"]["module"] = "chatbot.training.losses"
     clone = keras.optimizers.deserialize(saved)
     assert type(clone) is FusedAdam and clone.beta_2 == 0.98
     assert float(clone.learning_rate) == pytest.approx(float(WarmupSchedule(128, 4000)(0)))

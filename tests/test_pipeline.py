@@ -1,8 +1,8 @@
 import numpy as np
 import tensorflow as tf
 
-from chatbot.pipeline import PAD_WIDTHS, make_dataset
-from chatbot.tokenizer import END_ID, START_ID
+from chatbot.training.batches import PAD_WIDTHS, make_dataset
+from chatbot.tokenizer.subword import END_ID, START_ID
 
 
 def ragged(rows):

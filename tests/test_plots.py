@@ -5,7 +5,7 @@ import warnings
 import numpy as np
 import pytest
 
-from chatbot import plots
+from chatbot.app import plots
 
 RESULT = {"question_tokens": ["<s>", "안녕", "</s>"], "reply_tokens": ["반가", "워요", "</s>"],
           "weights": np.random.default_rng(0).random((2, 3, 3, 3))}

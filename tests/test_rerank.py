@@ -5,10 +5,10 @@ import pytest
 import tensorflow as tf
 
 from chatbot.config import GenerationConfig
-from chatbot.engine import Chatbot, Options, Plan, Prepared
-from chatbot.rerank import token_f1
-from chatbot.selection import reply_features
-from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID, SEPARATOR_ID, START_ID
+from chatbot.decoding.engine import Chatbot, Options, Plan, Prepared
+from chatbot.decoding.rerank import token_f1
+from chatbot.training.best_epoch import reply_features
+from chatbot.tokenizer.subword import END_ID, NUM_SPECIAL, PAD_ID, SEPARATOR_ID, START_ID
 from conftest import TINY_PAIRS
 
 QUESTIONS = [q for q, _, _ in TINY_PAIRS]
@@ -90,7 +90,7 @@ def test_candidates_need_a_retrieval_index(tiny_bot):
 def test_reranking_reads_each_reply_up_to_its_width(tiny_bot, monkeypatch):
     """The teacher-forced pass is cut to RERANK_WIDTH tokens: a reply that ends within them scores as over
     the model's whole length, a longer one as its first RERANK_WIDTH tokens."""
-    import chatbot.rerank as rerank
+    import chatbot.decoding.rerank as rerank
 
     decoder = tiny_bot
     encoder_ids = decoder.prepare(["배고파", "비 온다"], None, Plan()).encoder_ids
@@ -114,7 +114,7 @@ def test_weights_without_likelihood_skip_its_pass_and_choose_as_with_it(tiny_bot
     over the full features (likelihoods computed) picks."""
     import dataclasses
 
-    import chatbot.rerank as rerank
+    import chatbot.decoding.rerank as rerank
     from chatbot.config import RerankConfig
 
     weights = RerankConfig(likelihood=0.0, similarity=1.0, consensus=2.0)
@@ -137,7 +137,7 @@ def test_the_likelihood_pass_reads_only_the_shortlist_and_the_choice_stays(tiny_
     """Given the weights, the teacher-forced pass reads the generated reply and the SHORTLIST best retrieved
     answers only: their likelihoods are those of the pass over every candidate, the others stay 0, and the
     choice is the one made over every candidate's features."""
-    import chatbot.rerank as rerank
+    import chatbot.decoding.rerank as rerank
     from chatbot.config import RerankConfig
 
     decoder, model = tiny_bot, tiny_bot.model
@@ -167,7 +167,7 @@ def test_the_likelihood_pass_reads_only_the_shortlist_and_the_choice_stays(tiny_
 
 
 def test_an_answer_off_the_shortlist_is_never_chosen_whatever_its_likelihood(monkeypatch):
-    import chatbot.rerank as rerank
+    import chatbot.decoding.rerank as rerank
     from chatbot.config import RerankConfig
 
     similarity = tf.constant([[0.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.1]])

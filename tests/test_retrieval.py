@@ -11,12 +11,12 @@ import pytest
 import tensorflow as tf
 
 from chatbot.config import CHARACTERS_ONLY, ChatbotConfig, ContextConfig, ModelConfig
-from chatbot.context import answer_likeness, context_for, noised, with_gold_biased, with_own_answer
-from chatbot.data import QAPair, load_pairs, split_by_question
-from chatbot.pipeline import encoder_inputs
-from chatbot.retrieval import (COMMON_BIGRAM_COUNT, COMMON_CHAR_COUNT, COMMON_CHAR_SHARE, Retriever, char_grams, index_json,
+from chatbot.training.neighbours import answer_likeness, context_for, noised, with_gold_biased, with_own_answer
+from chatbot.data.pairs import QAPair, load_pairs, split_by_question
+from chatbot.model.inputs import encoder_inputs
+from chatbot.retrieval.retriever import (COMMON_BIGRAM_COUNT, COMMON_CHAR_COUNT, COMMON_CHAR_SHARE, Retriever, char_grams, index_json,
                                tf_idf_postings)
-from chatbot.tokenizer import END_ID, SEPARATOR_ID, START_ID, TONE_IDS
+from chatbot.tokenizer.subword import END_ID, SEPARATOR_ID, START_ID, TONE_IDS
 from conftest import ROOT
 
 
@@ -225,8 +225,8 @@ def test_answer_likeness_is_one_for_the_same_text_and_zero_for_nothing_shared():
 
 @pytest.mark.slow  # trains a tiny model
 def test_with_questions_each_neighbours_question_is_shown_and_decoding_matches_the_naive_loop(tmp_path):
-    from chatbot.engine import Chatbot
-    from chatbot.train import train
+    from chatbot.decoding.engine import Chatbot
+    from chatbot.training.train import train
     from conftest import REPEATS, TINY_PAIRS, tiny_config
 
     pairs = [QAPair(q, a, label) for q, a, label in TINY_PAIRS]
@@ -267,7 +267,7 @@ def test_meaning_needs_the_sentence_encoder():
 
 
 def test_the_calibrated_threshold_lets_the_asked_share_of_in_scope_questions_fall_back():
-    from chatbot.retrieval import calibrated_threshold
+    from chatbot.retrieval.retriever import calibrated_threshold
 
     pairs, _ = load_pairs(ROOT / "data" / "examples" / "shop_faq.csv")
     retriever = Retriever(pairs)

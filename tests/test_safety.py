@@ -3,7 +3,7 @@ to call, from every entry point, and ordinary sad messages keep the model's own 
 
 import pytest
 
-from chatbot.safety import ABUSE_REPLY, SELF_HARM_REPLY, crisis_reply
+from chatbot.safety.keywords import ABUSE_REPLY, SELF_HARM_REPLY, crisis_reply
 
 SELF_HARM_MESSAGES = [
     "죽고 싶어", "죽고싶다...", "진짜 죽고 싶어ㅠㅠ", "그냥 죽고 싶어요", "죽고 십어", "죽어버리고 싶어", "차라리 죽었으면 좋겠어",
@@ -46,7 +46,7 @@ def test_ordinary_sad_and_everyday_messages_keep_the_models_reply():
 def test_the_savedmodels_graph_matches_the_same_messages_with_the_same_reply():
     import tensorflow as tf
 
-    from chatbot.export import crisis_replies_graph
+    from chatbot.serving.saved_model import crisis_replies_graph
 
     messages = SELF_HARM_MESSAGES + ABUSE_MESSAGES + ORDINARY_SAD
     graph = crisis_replies_graph(tf.constant(messages), tf.constant(["the model's reply"] * len(messages)))
@@ -76,9 +76,9 @@ def test_every_python_entry_point_gives_the_crisis_reply_whatever_the_settings(t
 def test_the_command_line_and_the_apps_chat_give_the_same_crisis_reply(tiny_bot, tiny_model_dir, capsys, tmp_path):
     import app
 
-    from chatbot import cli
+    from chatbot.cli import main as cli
 
-    from chatbot.serving import ReplyBatcher
+    from chatbot.serving.batcher import ReplyBatcher
 
     assert cli.main(["chat", "--model", str(tiny_model_dir), "-q", "죽고 싶어"]) == 0
     assert capsys.readouterr().out.strip() == SELF_HARM_REPLY
@@ -93,7 +93,7 @@ def test_the_command_line_and_the_apps_chat_give_the_same_crisis_reply(tiny_bot,
     assert history[-1]["content"] == app.as_text(SELF_HARM_REPLY)
 
 
-# -- by meaning: the classifier on e5's embeddings (chatbot.crisis), beside the list --------------------------------
+# -- by meaning: the classifier on e5's embeddings (chatbot.safety.meaning), beside the list --------------------------------
 
 # Written for these tests, in none of data/safety/ or the held-out set, and matched by no stem of the list: what the
 # shipped head recognises (of twelve such messages it caught these three: it adds to the list, it is no net).
@@ -107,8 +107,8 @@ def test_the_heads_config_and_weights_round_trip_and_the_graph_reads_the_list_fi
     import keras
     import tensorflow as tf
 
-    from chatbot.crisis import ABUSE, NONE, SELF_HARM, CrisisHead, load_head
-    from chatbot.export import crisis_replies_graph
+    from chatbot.safety.meaning import ABUSE, NONE, SELF_HARM, CrisisHead, load_head
+    from chatbot.serving.saved_model import crisis_replies_graph
 
     head = load_head()
     assert 0.5 < head.threshold < 1 and head.kernel.shape == (384, 3)
@@ -129,9 +129,9 @@ def test_a_model_without_e5_keeps_the_list_alone(tiny_bot):
 def test_the_classifier_recognises_implicit_messages_and_keeps_idioms_and_ordinary_sadness_out():
     import numpy as np
 
-    from chatbot.crisis import ABUSE, NONE, SELF_HARM, load_head
-    from chatbot.pretrained import embed, load_for_korean
-    from chatbot.retrieval import PRETRAINED_PREFIXES
+    from chatbot.safety.meaning import ABUSE, NONE, SELF_HARM, load_head
+    from chatbot.model.pretrained import embed, load_for_korean
+    from chatbot.retrieval.retriever import PRETRAINED_PREFIXES
 
     head = load_head()
     texts = [*IMPLICIT, *IDIOMS, *ORDINARY_SAD]
@@ -152,10 +152,10 @@ def test_a_model_with_e5_gives_the_classifiers_reply_in_reply_stream_batch_and_t
     import tensorflow as tf
 
     from chatbot.config import RetrievalConfig
-    from chatbot.data import QAPair
-    from chatbot.engine import Chatbot
-    from chatbot.export import export_saved_model
-    from chatbot.train import train
+    from chatbot.data.pairs import QAPair
+    from chatbot.decoding.engine import Chatbot
+    from chatbot.serving.saved_model import export_saved_model
+    from chatbot.training.train import train
     from conftest import TINY_PAIRS, tiny_config
 
     config = dataclasses.replace(tiny_config(epochs=1), retrieval=RetrievalConfig(

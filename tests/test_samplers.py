@@ -5,10 +5,10 @@ import pytest
 import tensorflow as tf
 
 from chatbot.config import STRATEGIES, GenerationConfig
-from chatbot.engine import Options
-from chatbot.samplers import (NEG_INF, SAMPLERS, BeamSampler, GreedySampler, TopKTopPSampler,
+from chatbot.decoding.engine import Options
+from chatbot.decoding.samplers import (NEG_INF, SAMPLERS, BeamSampler, GreedySampler, TopKTopPSampler,
                               only_padding_when_finished, sampler_for, suppress_special)
-from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID
+from chatbot.tokenizer.subword import END_ID, NUM_SPECIAL, PAD_ID
 
 VOCAB = NUM_SPECIAL + 6
 
@@ -124,7 +124,7 @@ def test_the_ngram_ban_is_one_graph_for_every_size_and_bans_what_a_plain_reading
     import numpy as np
     import tensorflow as tf
 
-    from chatbot.samplers import NEG_INF, ban_repeated_ngrams
+    from chatbot.decoding.samplers import NEG_INF, ban_repeated_ngrams
 
     vocab, length, rng = 9, 12, np.random.default_rng(1)
     tokens = rng.integers(3, 7, (64, length)).astype(np.int32)  # few tokens: many repeated grams

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from chatbot.config import ChatbotConfig, DataConfig, TrainConfig
-from chatbot.schedule import MIN_STEPS_PER_EPOCH, fitted_to_data, learning_verdict
+from chatbot.training.sizing import MIN_STEPS_PER_EPOCH, fitted_to_data, learning_verdict
 
 
 def test_a_small_faq_gets_steps_enough_and_keeps_every_row_for_training():
@@ -52,7 +52,7 @@ def test_a_flat_loss_or_one_reply_for_everything_is_reported():
 
 def test_early_stopping_is_fitted_to_the_run_and_a_given_patience_wins():
     from chatbot.config import ChatbotConfig, DataConfig, TrainConfig
-    from chatbot.schedule import MIN_PATIENCE, PATIENCE_STEPS, fitted_to_data
+    from chatbot.training.sizing import MIN_PATIENCE, PATIENCE_STEPS, fitted_to_data
 
     # about PATIENCE_STEPS steps: the default recipe's 502 steps an epoch wait 2 epochs, 6,290 pairs' 89 wait 7
     assert PATIENCE_STEPS == 600

@@ -5,8 +5,8 @@ import csv
 import pytest
 import sacrebleu
 
-from chatbot.evaluate import reply_metrics
-from chatbot.selection import (MIN_UNIQUE, RERANK_FIT_CANDIDATES, fit_rerank_weights, selection_score, unsampled,
+from chatbot.training.evaluate import reply_metrics
+from chatbot.training.best_epoch import (MIN_UNIQUE, RERANK_FIT_CANDIDATES, fit_rerank_weights, selection_score, unsampled,
                                validation_sample)
 
 
@@ -27,18 +27,18 @@ def test_selection_never_prefers_a_collapsed_epoch_to_a_varied_one():
 def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp_path, monkeypatch):
     import dataclasses
 
-    import chatbot.selection
-    from chatbot.data import load_pairs, split_by_question
-    from chatbot.engine import Chatbot
-    from chatbot.retrieval import Retriever
-    from chatbot.train import train
+    import chatbot.training.best_epoch
+    from chatbot.data.pairs import load_pairs, split_by_question
+    from chatbot.decoding.engine import Chatbot
+    from chatbot.retrieval.retriever import Retriever
+    from chatbot.training.train import train
     from conftest import REPEATS, tiny_config
 
     config = tiny_config(epochs=3)
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, val_fraction=0.3))
     pairs, _ = load_pairs(tiny_csv)
     pairs = pairs * (REPEATS // 4)  # a quarter of the session model's steps: the scores need not be good, only kept right
-    monkeypatch.setattr(chatbot.selection, "MIN_RERANK_FIT", 1)  # so that its nine validation questions fit the weights
+    monkeypatch.setattr(chatbot.training.best_epoch, "MIN_RERANK_FIT", 1)  # so that its nine validation questions fit the weights
     out = train(pairs, config, tmp_path / "m", verbose=0, log=lambda *_: None)
     with open(out / "history.csv", encoding="utf-8") as file:
         history = list(csv.DictReader(file))
@@ -54,8 +54,8 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
 
 def test_too_few_validation_questions_keep_the_default_rerank_weights_and_say_so(tiny_bot):
     from chatbot.config import RerankConfig
-    from chatbot.data import QAPair
-    from chatbot.selection import MIN_RERANK_FIT, fit_rerank
+    from chatbot.data.pairs import QAPair
+    from chatbot.training.best_epoch import MIN_RERANK_FIT, fit_rerank
 
     lines = []
     few = [QAPair(f"질문 {i}", "답이에요.") for i in range(MIN_RERANK_FIT - 1)]
@@ -71,7 +71,7 @@ def test_fitted_rerank_weights_do_no_worse_than_the_defaults_and_score_what_deco
     fitted on them do at least as well as the defaults, and their chrF is what replies decoded with them get."""
     import dataclasses
 
-    from chatbot.engine import Chatbot
+    from chatbot.decoding.engine import Chatbot
 
     asked = {"배고픈데 뭐 먹지": "맛있는 거 드세요.", "비가 많이 와": "우산 챙기세요.", "헤어지고 너무 힘들어": "많이 힘들겠어요.",
              "오늘 좀 피곤하네": "푹 쉬세요.", "시험 또 망쳤다": "다음엔 잘할 거예요.", "생일이야": "생일 축하해요!"}

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from keras import ops
 
-from chatbot.data import QAPair
-from chatbot.sentence import SentenceEncoder, answer_groups, contrastive_loss, embed, fit_sentence_encoder, pad
-from chatbot.tokenizer import Tokenizer
+from chatbot.data.pairs import QAPair
+from chatbot.model.sentence import SentenceEncoder, answer_groups, contrastive_loss, embed, fit_sentence_encoder, pad
+from chatbot.tokenizer.subword import Tokenizer
 
 # Phrasings of four messages that share almost no characters with each other: only meaning groups them.
 GROUPS = [["배고파", "밥 먹고 싶다", "출출해", "뭐 좀 먹을까"], ["졸려", "잠 온다", "눈이 감겨", "자고 싶어"],

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from chatbot.serving import ReplyBatcher
+from chatbot.serving.batcher import ReplyBatcher
 
 QUESTIONS = ["안녕", "오늘 너무 피곤해", "배고파", "주말에 뭐 하지?", "시험 끝났다", "비가 와", "잠이 안 와", "고마워"]
 DEADLINE = 60  # seconds; reached only when something hangs
@@ -195,7 +195,7 @@ def test_the_default_batch_is_the_largest_that_chatbot_warm_up_compiles():
     """The web app's batches never meet a batch shape its warm-up left for the first request to compile."""
     import inspect
 
-    from chatbot.engine import Chatbot
+    from chatbot.decoding.engine import Chatbot
 
     assert max(inspect.signature(Chatbot.warm_up).parameters["rows"].default) == ReplyBatcher().max_batch_size
 

@@ -3,7 +3,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 import tensorflow as tf
 
-from chatbot.tokenizer import END_ID, NUM_SPECIAL, PAD_ID, START_ID, UNK_ID, Tokenizer
+from chatbot.tokenizer.subword import END_ID, NUM_SPECIAL, PAD_ID, START_ID, UNK_ID, Tokenizer
 from conftest import TINY_PAIRS
 
 TEXTS = [q for q, _, _ in TINY_PAIRS] + [a for _, a, _ in TINY_PAIRS]
@@ -75,7 +75,7 @@ def test_learning_a_vocabulary_prints_nothing_to_standard_error(capfd):
 
 
 def test_text_that_spells_a_reserved_token_never_becomes_a_separator_or_a_tone(tiny_bot):
-    from chatbot.tokenizer import NUM_SPECIAL, SEPARATOR_ID, UNK_ID
+    from chatbot.tokenizer.subword import NUM_SPECIAL, SEPARATOR_ID, UNK_ID
 
     ids = tiny_bot.tokenizer.tokenize(["배고파 <sep> 안녕 <tone1><tone2>"]).flat_values.numpy().tolist()
     assert UNK_ID in ids and not [i for i in ids if SEPARATOR_ID <= i < NUM_SPECIAL]
@@ -86,7 +86,7 @@ def test_text_that_spells_a_reserved_token_never_becomes_a_separator_or_a_tone(t
 def test_a_large_vocabulary_keeps_characters_it_never_saw_as_their_bytes():
     """From BYTE_FALLBACK_FROM pieces a character missing from the training text is written as its UTF-8 bytes
     and read back exactly, whole or streamed piece by piece; a smaller vocabulary reads it as unknown."""
-    from chatbot.tokenizer import BYTE_FALLBACK_FROM
+    from chatbot.tokenizer.subword import BYTE_FALLBACK_FROM
 
     texts = [f"{word} {number}번 문장이에요." for number in range(300) for word in ("안녕하세요", "반가워요", "날씨 좋네요")]
     large = Tokenizer.train(texts, vocab_size=BYTE_FALLBACK_FROM)

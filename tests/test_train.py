@@ -10,8 +10,8 @@ import pytest
 
 from chatbot.artifacts import ArtifactError, load_model_dir
 from chatbot.config import ChatbotConfig
-from chatbot.data import load_pairs
-from chatbot.train import state_dir_for, train
+from chatbot.data.pairs import load_pairs
+from chatbot.training.train import state_dir_for, train
 from conftest import ROOT, TINY_PAIRS, saved_model_class, tiny_config, write_csv
 
 
@@ -36,11 +36,11 @@ def test_model_directory_is_complete(tiny_model_dir):
 
 def test_a_model_directory_saves_a_plain_transformer(tiny_model_dir):
     """The multi-worker work-arounds of `fit` (`fitting.WorkerFit`, in `train.FittedTransformer`) stay in
-    training: model.keras holds a plain `chatbot.model.Transformer` and loads as one."""
-    from chatbot.fitting import WorkerFit
-    from chatbot.model import Transformer
+    training: model.keras holds a plain `chatbot.model.transformer.Transformer` and loads as one."""
+    from chatbot.training.worker_fit import WorkerFit
+    from chatbot.model.transformer import Transformer
 
-    assert saved_model_class(tiny_model_dir) == "chatbot.model.Transformer"
+    assert saved_model_class(tiny_model_dir) == "chatbot.model.transformer.Transformer"
     model = load_model_dir(tiny_model_dir)[2]
     assert type(model) is Transformer and not isinstance(model, WorkerFit)
 
@@ -119,7 +119,7 @@ import_tensorflow_quietly(find_devices=False, lean=True)  # as the command line 
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from chatbot.cli import main
+from chatbot.cli.main import main
 raise SystemExit(main({arguments!r}))
 """
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -161,13 +161,13 @@ def test_a_run_that_did_not_learn_says_so_keeps_every_character_and_its_loops_ar
     metrics.json records it, from its losses alone (decoding replies to check their variety would only cost
     time). Its vocabulary holds every character of every pair, validation pairs included (a rare one lives
     only there), and what a user reads of its looping replies is each tidied (`tidy`)."""
-    import chatbot.evaluate
-    from chatbot.engine import Chatbot, tidy, trim
+    import chatbot.training.evaluate
+    from chatbot.decoding.engine import Chatbot, tidy, trim
 
     def decoded(*_):
         raise AssertionError("the losses already said the run did not learn: nothing to decode")
 
-    monkeypatch.setattr(chatbot.evaluate, "reply_variety", decoded)
+    monkeypatch.setattr(chatbot.training.evaluate, "reply_variety", decoded)
 
     rare = [("쀍 뷁 있어요?", "쀍과 뷁은 드문 글자예요.", 0)]
     pairs = [*load_pairs(write_csv(tmp_path / "d.csv", TINY_PAIRS + rare))[0]]

@@ -38,7 +38,7 @@ REQUIRED_CHECKS = (
     "MultiHeadAttention, 자기 어텐션 출력", "MultiHeadAttention, 교차 어텐션 출력", "EncoderLayer (추론 모드)",
     "DecoderLayer 출력 (추론 모드)", "Transformer 로짓 (추론 모드)", "masked_cross_entropy", "WarmupSchedule(128, 4000)",
     "masked_cross_entropy, 레이블 스무딩 ε=0.0", "masked_cross_entropy, 레이블 스무딩 ε=0.1",
-    "chrF = chatbot.evaluate.reply_metrics", "고유 답 비율 = chatbot.evaluate.reply_metrics",
+    "chrF = chatbot.training.evaluate.reply_metrics", "고유 답 비율 = chatbot.training.evaluate.reply_metrics",
 )
 LABEL_SMOOTHING_CHECK = "masked_cross_entropy, 레이블 스무딩 ε=0.1"
 EXERCISE = re.compile(r"^### 연습 (\d+)\.(\d+) — \S")
@@ -135,7 +135,7 @@ def test_the_learner_writes_the_layers_instead_of_importing_them(source_notebook
     for name, definition in DEFINED.items():
         assert re.search(definition, source, re.M), f"the notebook must define {name} itself"
         assert not re.search(rf"^from chatbot\S* import .*\b{name}\b", source, re.M), f"{name} is imported"
-    assert re.search(r"^from chatbot import layers as pkg\b", source, re.M)  # the package as the answer key, a module
+    assert re.search(r"^from chatbot.model import layers as pkg\b", source, re.M)  # the package as the answer key, a module
     classes = re.findall(r"^class (\w+)\((?:keras\.layers\.Layer|keras\.Model)\):", source, re.M)
     assert len(classes) == 5
     for name in classes:  # each layer is serializable: its class body defines get_config
@@ -226,7 +226,7 @@ def test_the_evaluation_follows_decoding_and_is_of_the_learners_model(source_not
 
 def test_the_notebook_never_loads_the_projects_default_model(source_notebook):
     source = "\n".join(cell.source for cell in code_cells(source_notebook))
-    for loader in ("models/default", "load_model", "chatbot.pretrained", "chatbot.engine", "Chatbot(", "from_pretrained"):
+    for loader in ("models/default", "load_model", "chatbot.model.pretrained", "chatbot.decoding.engine", "Chatbot(", "from_pretrained"):
         assert loader not in source, loader
     assert "assert isinstance(model, Transformer)" in source
     assert re.findall(r"greedy_repl(?:y|ies)\((\w+),", source) and set(re.findall(r"greedy_repl(?:y|ies)\((\w+),", source)) == {"model"}

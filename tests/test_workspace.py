@@ -7,7 +7,7 @@ import pytest
 
 from app import clip_question
 from chatbot.artifacts import ArtifactError
-from chatbot.workspace import (TRAINING_SIZES, ModelShelf, TrainingJob, attention_choices,
+from chatbot.app.workspace import (TRAINING_SIZES, ModelShelf, TrainingJob, attention_choices,
                                load_chatbot, read_training_csv, training_config, unique_model_dir)
 from conftest import stages_run
 
@@ -86,7 +86,7 @@ def test_a_model_loading_keeps_no_request_for_a_loaded_model_waiting(tiny_bot, t
     """A picked model loads (seconds, with its first replies traced) while the others keep answering."""
     import threading
 
-    import chatbot.workspace as workspace
+    import chatbot.app.workspace as workspace
 
     shutil.copytree(tiny_model_dir, tmp_path / "other")
     loading, release, asked = threading.Event(), threading.Event(), []
@@ -138,7 +138,7 @@ def test_a_csv_outside_the_upload_folders_or_linked_out_of_them_is_not_read(tmp_
 
 
 def test_a_training_run_is_refused_only_when_its_memory_would_not_fit():
-    from chatbot.workspace import training_memory_refusal
+    from chatbot.app.workspace import training_memory_refusal
 
     assert training_memory_refusal(1_000, 22_000.0) is None
     assert training_memory_refusal(134_795, None) is None  # unknown: the run is not refused on a guess

@@ -1,7 +1,7 @@
 """A model whose every next-token choice the test writes down, for checks that a decoding setting changes a reply.
 
 The tiny session model gives each training question its memorised answer with near certainty, so no decoding
-setting can move it. `ToyModel` stands in for `chatbot.model.Transformer` where the decoding loop drives it
+setting can move it. `ToyModel` stands in for `chatbot.model.transformer.Transformer` where the decoding loop drives it
 (`encode`, `cross_cache`, `empty_cache`, `decode_step`, `decode`): the next token's logits are the row of a
 table chosen by the last token written, one table for each tone token the encoder input may hold (or none).
 Everything else (processing the logits, the samplers, beam ranking, rescoring, tones, detokenizing) is the
@@ -11,7 +11,7 @@ product's own code.
 import numpy as np
 import tensorflow as tf
 
-from chatbot.tokenizer import END_ID, START_ID, TONE_IDS
+from chatbot.tokenizer.subword import END_ID, START_ID, TONE_IDS
 
 LOW = -8.0  # the logit of every token a row does not name
 
@@ -67,7 +67,7 @@ def toned_chatbot(tokenizer, learned_tones: bool = True):
     """A `Chatbot` (a plain graph) over a `ToyModel` that answers every question with PLAIN_REPLY, and with
     SAD_REPLY when the encoder input holds the sad tone token; `learned_tones`: what its config says."""
     from chatbot.config import ChatbotConfig, ContextConfig, ModelConfig
-    from chatbot.engine import Chatbot
+    from chatbot.decoding.engine import Chatbot
 
     plain, sad = tokenizer.encode([PLAIN_REPLY, SAD_REPLY])
     model = ToyModel(tokenizer.vocab_size, max_length=16).says(plain).says(sad, tone=1)

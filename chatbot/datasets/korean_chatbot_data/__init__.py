@@ -1,5 +1,0 @@
-"""Importing this registers the `korean_chatbot_data` TFDS builder."""
-
-from chatbot.datasets.korean_chatbot_data.korean_chatbot_data_dataset_builder import KoreanChatbotData
-
-__all__ = ["KoreanChatbotData"]
