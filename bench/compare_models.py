@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     parser.add_argument("--questions-from", metavar="CSV", help="ask only held-out questions that occur in this CSV")
     args = parser.parse_args(argv)
     from chatbot.training.evaluate import reply_metrics
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
     from chatbot.retrieval.retriever import Retriever
     from chatbot.training.best_epoch import validation_sample
 

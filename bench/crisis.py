@@ -26,7 +26,7 @@ The shipped head (`chatbot.safety.meaning`): --head trains it on each seed's tra
 `chatbot.model.pretrained.load_for_korean`, the normalised message, "query: "), 3-way softmax (none / self-harm /
 abuse), its threshold the lowest with dev false alarms <= 1% (`f1`; `f2` beside it), and reports held-out recall
 and false alarms alone and with the list (the list first, as the chatbot reads a message), and how often a
-caught crisis gets the right one of the two replies; --write saves the seed-0 head to chatbot/crisis_head.npz
+caught crisis gets the right one of the two replies; --write saves the seed-0 head to chatbot/safety/crisis_head.npz
 (how to regenerate it); --shipped scores that file as it is and lists its held-out misses and false alarms.
 
     python bench/crisis.py [--seeds 0 1 2] [--cache crisis_embeddings.npz]
@@ -271,7 +271,7 @@ def shipped(args) -> None:
     """Train the shipped head (softmax over none / self-harm / abuse on the message's e5 vector, `chatbot.safety.meaning`)
     on the train split of each seed, choose its threshold on dev (false alarms <= 1%, and the 2% point beside it),
     report held-out recall and false alarms alone and with the list; with --write, save the SHIPPED_SEED head
-    (written atomically) to chatbot/crisis_head.npz. With --shipped, score the saved file instead of training."""
+    (written atomically) to chatbot/safety/crisis_head.npz. With --shipped, score the saved file instead of training."""
     from chatbot.files import atomic_write_bytes
     from chatbot.safety.meaning import ABUSE, HEAD_FILE, SELF_HARM, fit_head, load_head
     from chatbot.safety.keywords import ABUSE_REPLY, SELF_HARM_REPLY, crisis_reply
@@ -340,8 +340,8 @@ def main():
     parser.add_argument("--head", action="store_true",
                         help="only the shipped recipe (chatbot.safety.meaning), trained on each seed and reported")
     parser.add_argument("--write", action="store_true",
-                        help="with --head: write the seed-0 head to chatbot/crisis_head.npz")
-    parser.add_argument("--shipped", action="store_true", help="score chatbot/crisis_head.npz as it is")
+                        help="with --head: write the seed-0 head to chatbot/safety/crisis_head.npz")
+    parser.add_argument("--shipped", action="store_true", help="score chatbot/safety/crisis_head.npz as it is")
     args = parser.parse_args()
     if args.write and not args.head:
         parser.error("--write goes with --head")

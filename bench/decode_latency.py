@@ -61,7 +61,7 @@ def main():
 
 def measure(model: str, args) -> dict:
     from chatbot.data.pairs import load_pairs
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
 
     args.model = model
     bot = Chatbot.load(args.model)

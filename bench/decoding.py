@@ -44,7 +44,7 @@ def main():
     from chatbot.data.pairs import split_by_question
     from chatbot.data.datasets import load_sources
     from chatbot.training.evaluate import reply_metrics
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
     from chatbot.retrieval.retriever import Retriever
     from chatbot.training.best_epoch import unsampled
 

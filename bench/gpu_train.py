@@ -162,7 +162,7 @@ def chat(args) -> None:
     import numpy as np
 
     from chatbot.config import ChatbotConfig
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
     from chatbot.model.transformer import Transformer
     from chatbot.retrieval.retriever import Retriever
     from chatbot.tokenizer.subword import Tokenizer

@@ -42,7 +42,7 @@ PROBES = ROOT / "bench" / "probes.txt"
 
 def replies_of_systems(args) -> dict[str, list[str]]:
     from chatbot.data.pairs import QAPair
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
 
     messages, histories = probes_of(args.probes)
     if args.after:  # each message in the middle of a conversation: after the first exchange of one of these

@@ -220,7 +220,7 @@ def run_ours(train_pairs, test, budget_min, out_dir, settings, decodes, trained=
     import keras
 
     from chatbot.config import ChatbotConfig
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
     from chatbot.training.train import train
 
     if trained:
@@ -256,7 +256,7 @@ def refit_rerank(bot, train_pairs):
     """`bot` with rerank weights fitted as `train` fits them: on its own validation split, retrieving from
     the rest of its training pairs. The fitting's CPU minutes are printed; they are not in the budget."""
     from chatbot.data.pairs import split_by_question
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
     from chatbot.retrieval.retriever import Retriever
     from chatbot.training.best_epoch import fit_rerank
 

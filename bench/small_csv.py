@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     import pandas as pd
 
     from chatbot.data.pairs import load_pairs
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="small-csv-"))
     root.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,7 @@ def main():
     from chatbot.config import TONES, ChatbotConfig
     from chatbot.data.pairs import QAPair, split_by_question
     from chatbot.data.datasets import load_sources
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
     from chatbot.retrieval.retriever import Retriever
 
     bot = Chatbot.load(args.model)

@@ -16,7 +16,7 @@ from importlib import import_module
 from chatbot.config import __version__
 
 _LAZY = {
-    "Chatbot": "chatbot.decoding.engine",
+    "Chatbot": "chatbot.decoding.chatbot",
     "ChatbotConfig": "chatbot.config",
     "GenerationConfig": "chatbot.config",
     "load_source": "chatbot.data.datasets",

@@ -11,8 +11,16 @@ import socket
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Property tests run as many examples as the profile says: "quick" in every run, "thorough" when asked for
+# (HYPOTHESIS_PROFILE=thorough pytest tests/test_properties.py; CHATBOT_PROPERTY_EXAMPLES sets its size).
+settings.register_profile("quick", max_examples=200, deadline=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture])
+settings.register_profile("thorough", settings.get_profile("quick"),
+                          max_examples=int(os.environ.get("CHATBOT_PROPERTY_EXAMPLES", 2000)))
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     # Each pytest-xdist worker (and the subprocesses and notebook kernel it starts) gets its share of the
     # cores instead of thread pools as wide as the machine: TensorFlow's pools spin while they wait, and
@@ -114,14 +122,16 @@ def stages_run(bot) -> list[str]:
     runs as Python. A bot that is not eager runs them as Python only while it traces a graph, so the list stays
     empty across replies that traced nothing (and names what a trace built)."""
     ran = []
-    for name in ("prepare", "loop", "start", "step"):
-        stage = getattr(bot, name)
+    generator, loop = bot.generator, bot.generator.loop
+    for name, owner, attribute in (("prepare", generator, "prepare"), ("loop", loop, "run"), ("start", loop, "start"),
+                                   ("step", loop, "step")):
+        stage = getattr(owner, attribute)
 
         def recorded(*args, _name=name, _stage=stage, **kwargs):
             ran.append(_name)
             return _stage(*args, **kwargs)
 
-        setattr(bot, name, recorded)  # on this bot only: its graphs look the stage up when they trace
+        setattr(owner, attribute, recorded)  # on this bot only: its graphs look the stage up when they trace
     return ran
 
 
@@ -203,7 +213,7 @@ def tiny_bot(tiny_model_dir):
     """The tiny model's `Chatbot`, decoding as a plain graph: with XLA every new batch and encoder-length
     shape costs seconds of compilation on a CPU, again and again across the suite. The XLA loop gives the
     same tokens (test_engine.py checks it), and the tests of XLA itself, warm-up and the SavedModel use it."""
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
 
     return Chatbot.load(tiny_model_dir, compilation="graph")
 

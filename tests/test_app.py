@@ -47,7 +47,7 @@ def models_root(tmp_path_factory, tiny_model_dir):
 def bot(models_root):
     """The app's start-up model, decoding as a plain graph (see conftest's `tiny_bot`): the UI is under
     test here, not XLA, whose compilations would cost seconds for every new batch shape and setting."""
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
 
     return Chatbot.load(models_root / "tiny", compilation="graph")
 
@@ -493,7 +493,7 @@ def test_the_first_replies_are_traced_before_the_page_and_xla_compiled_after_it(
             pass
 
     monkeypatch.setattr(app_module, "build_demo", lambda bot, **options: served.append(bot) or Demo())
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
 
     monkeypatch.setattr(Chatbot, "warm_up_in_background", lambda bot: events.append(("warm-up", bot)))
     for flags in (["--no-warm-up"], ["--no-warm-up", "--no-xla"], []):

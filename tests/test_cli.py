@@ -172,7 +172,8 @@ def test_a_hostile_model_directory_is_one_error_line(tmp_path, capsys, tiny_mode
 
 def record_compilation(monkeypatch) -> list[str]:
     """`Chatbot.load`, unchanged, noting the `Compilation` each call asked for."""
-    from chatbot.decoding.engine import Chatbot, Compilation
+    from chatbot.decoding.chatbot import Chatbot
+    from chatbot.config import Compilation
 
     asked, load = [], Chatbot.load.__func__
 
@@ -187,7 +188,7 @@ def record_compilation(monkeypatch) -> list[str]:
 def test_chat_one_shot(tiny_model_dir, tiny_bot, capsys, monkeypatch):
     """One question decodes without XLA and eagerly: compiling, or tracing a graph, costs more than the reply."""
     import tensorflow as tf
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
 
     asked, compiled, reply = record_compilation(monkeypatch), [], Chatbot.reply
 
@@ -544,7 +545,7 @@ def test_a_new_csv_builds_on_the_base_model_keeps_its_vocabulary_and_reads_meani
     import json
 
     from chatbot.config import FOR_OWN_DATA
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
 
     faq = [(question, answer, 0) for pair in (
         ("몇 시에 열어요?", "언제 문 열어요?", "아침 9시에 열어요."), ("주차 돼요?", "차 댈 곳 있어요?", "건물 뒤에 대세요."),

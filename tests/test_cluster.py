@@ -97,7 +97,7 @@ def test_a_bad_tf_config_is_one_error_line_and_exit_2(tmp_path):
 
 @pytest.mark.slow  # two TensorFlow processes training together
 def test_two_workers_train_one_model_that_the_chief_saves_and_answers(tmp_path):
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
 
     csv = write_csv(tmp_path / "d.csv", TINY_PAIRS)
     results = train_two_workers(lambda i: ["--data", csv, "--out", tmp_path / f"m{i}", *TINY_MODEL], tmp_path)

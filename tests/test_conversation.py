@@ -165,11 +165,15 @@ def test_a_change_of_topic_mid_conversation_finds_the_neighbours_of_its_own_word
     assert whole.nearest([change], 1).numpy()[0, 0].decode() != "산책 어때요?"  # the conversation's words won
 
 
-def test_the_saved_models_graph_joins_a_history_as_with_context_does():
-    from chatbot.serving.saved_model import with_context_graph
+def test_a_history_tensor_is_joined_newest_first_blank_messages_skipped_each_cut_to_its_last_characters():
+    """The SavedModel's `serve_with_history` and `with_context` (the same function, run eagerly) read a padded
+    history tensor so."""
+    from chatbot.data.text_tf import with_context_tf
 
     histories = [["", "가나다" * 100, "짧아  요"], ["", "", "배고파"], ["", "", ""], ["하나", "둘", "셋"]]
-    joined = with_context_graph(tf.constant(["응", "피자", "안녕", "넷"]), tf.constant(histories), 2).numpy()
-    assert [text.decode() for text in joined] == [with_context(q, [m for m in h if m])
-                                                  for q, h in zip(["응", "피자", "안녕", "넷"], histories)]
-    assert with_context_graph(tf.constant(["응"]), tf.constant([["배고파"]]), 0).numpy()[0].decode() == "응"
+    joined = with_context_tf(tf.constant(["응", "피자", "안녕", "넷"]), tf.constant(histories), 2).numpy()
+    assert [text.decode() for text in joined] == [TURN.join(["응", "짧아 요", ("가나다" * 100)[-CONTEXT_CHARS:]]),
+                                                  TURN.join(["피자", "배고파"]), "안녕", TURN.join(["넷", "셋", "둘"])]
+    assert with_context_tf(tf.constant(["응"]), tf.constant([["배고파"]]), 0).numpy()[0].decode() == "응"
+    assert with_context_tf(tf.constant([f"아빠가{TURN}때려요"]), tf.constant([[""]]), 2).numpy()[0].decode() == \
+        "아빠가 때려요"  # one message, whatever it holds

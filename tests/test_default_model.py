@@ -27,7 +27,7 @@ def default_bot():
     """Decoding as a plain graph: these tests judge the model's replies, which XLA leaves the same
     (test_engine.py), and each XLA compilation of the full-size model for a new batch shape or
     setting took seconds (the file ran 36 s alone with XLA, 23 s without)."""
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
 
     return Chatbot.load(DEFAULT_MODEL, compilation="graph")
 
@@ -112,7 +112,7 @@ def test_tidying_leaves_every_answer_of_its_index_as_it_is(default_bot):
     import numpy as np
     import tensorflow as tf
 
-    from chatbot.decoding.engine import tidy
+    from chatbot.decoding.postprocess import tidy
     from chatbot.tokenizer.subword import END_ID, PAD_ID
 
     answers = sorted({p.answer for p in default_bot.retriever.pairs})

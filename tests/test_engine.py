@@ -4,10 +4,9 @@ import numpy as np
 import pytest
 
 from chatbot.config import GenerationConfig
-from chatbot.decoding.engine import BATCH_BUCKETS, COMPILED_KEPT
-from chatbot.decoding.engine import Chatbot
+from chatbot.decoding.generate import BATCH_BUCKETS, COMPILED_KEPT
+from chatbot.decoding.chatbot import Chatbot
 from chatbot.model.inputs import bucket
-from chatbot.decoding.engine import Plan
 from chatbot.tokenizer.subword import END_ID, NUM_SPECIAL
 from conftest import TINY_PAIRS, follow_up_answer, history_of, stages_run
 
@@ -39,7 +38,7 @@ def test_batches_are_padded_to_a_few_shapes(tiny_bot):
     assert list(BATCH_BUCKETS) == sorted(BATCH_BUCKETS) and BATCH_BUCKETS[0] == 1
     lengths = tiny_bot.length_buckets
     assert lengths[-1] == tiny_bot.model.encoder_length and list(lengths) == sorted(set(lengths))
-    width = tiny_bot.prepare(["안녕", "아주 " * 40 + "긴 질문"], None, Plan()).encoder_ids.shape[1]
+    width = tiny_bot.prepare(["안녕", "아주 " * 40 + "긴 질문"], None, 0).encoder_ids.shape[1]
     assert width in lengths
 
 
@@ -231,7 +230,7 @@ def test_a_client_sweeping_every_tensor_setting_builds_no_new_graph(tiny_model_d
     for plan, settings in sweeps.items():
         bot.reply("배고파", seed=1, **dict(plan))
     def traced():
-        return sorted(((plan, bot._compiled.peek(plan).experimental_get_tracing_count()) for plan in bot.compiled_plans),
+        return sorted(((plan, bot.generator._compiled.peek(plan).experimental_get_tracing_count()) for plan in bot.compiled_plans),
                       key=repr)
 
     before = traced()
@@ -248,9 +247,9 @@ SWEEP = f"""
 import gc, json, sys
 from chatbot.startup import import_tensorflow_quietly
 import_tensorflow_quietly(lean=True)  # as the command line loads it: without Keras's optional extras
-import chatbot.decoding.engine
-from chatbot.decoding.engine import Chatbot
-chatbot.decoding.engine.COMPILED_KEPT = {SWEEP_KEPT}
+import chatbot.decoding.generate
+from chatbot.decoding.chatbot import Chatbot
+chatbot.decoding.generate.COMPILED_KEPT = {SWEEP_KEPT}
 
 def resident_mib():
     with open("/proc/self/statm") as statm:
@@ -354,9 +353,10 @@ def test_a_tone_changes_the_reply_of_a_model_that_learned_tones_and_nothing_othe
     assert untoned.reply("헤어졌어", tone="sad") == plain  # a model without tones ignores it
 
 
-def test_a_looping_reply_is_said_once_alike_by_reply_batch_stream_and_beams(tiny_bot):
+def test_a_looping_reply_is_said_once_alike_by_reply_batch_stream_beams_and_candidates(tiny_bot):
     """A `ToyModel` that says its phrase over and over to the length limit: every entry point says it once (the
-    reply graph's `repeat_cut`; the stream runs the same cut on each prefix), greedy and with beams alike."""
+    reply graph's `repeat_cut`; the stream runs the same cut on each prefix), greedy, with beams and with
+    retrieved candidates alike."""
     from toy_model import PLAIN_REPLY as phrase, toned_chatbot
 
     bot = toned_chatbot(tiny_bot.tokenizer)
@@ -368,6 +368,10 @@ def test_a_looping_reply_is_said_once_alike_by_reply_batch_stream_and_beams(tiny
         streamed = list(bot.stream("안녕", **decoding))
         assert streamed[-1] == phrase and all(phrase.startswith(part) or part.startswith(phrase)
                                               for part in streamed)
+    ranked = Chatbot(bot.model, bot.tokenizer, bot.config, retriever=tiny_bot.retriever, compilation="graph")
+    for question in ("안녕하세요", "배고파"):  # the looping reply weighed against the training answers
+        reply = ranked.reply(question, candidates=4)
+        assert list(ranked.stream(question, candidates=4))[-1] == reply and reply.count(phrase) <= 1
     stutter = toned_chatbot(tiny_bot.tokenizer)
     word = ids[0]
     stutter.model.follows(word, {word: 10.0})  # one token said over and over: said once
@@ -452,7 +456,7 @@ def test_the_crisis_reply_answers_the_new_message_not_the_conversation(tiny_bot)
 def test_a_request_is_validated_once(tiny_bot, monkeypatch, tmp_path):
     """One `/chat` request through the app, and one `Chatbot.reply`, check the question and the settings once."""
     import app
-    import chatbot.decoding.engine as engine
+    import chatbot.decoding.chatbot as engine
 
     counts = {"questions": 0, "request": 0}
     check_questions, request = engine.check_questions, engine.Chatbot.request

@@ -31,7 +31,7 @@ def test_reply_metrics_tell_a_collapsed_model_from_a_good_one():
 
 def test_eval_prints_metrics_whose_chrf_and_bleu_equal_sacrebleus(tiny_model_dir, tiny_bot, tiny_csv, tmp_path,
                                                                   capsys, monkeypatch):
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
 
     # The metrics are under test here, not XLA, whose compilations for each batch shape cost seconds on a CPU:
     # the command gets the model it names as the session's plain-graph bot, its graphs traced already

@@ -79,7 +79,7 @@ def test_repeat_cut_says_a_repeated_phrase_once_and_cuts_a_runaway_loop():
     import numpy as np
     import tensorflow as tf
 
-    from chatbot.decoding.engine import repeat_cut
+    from chatbot.decoding.postprocess import repeat_cut
 
     length, rng = 16, np.random.default_rng(0)
     rows = [[5 + (i % 3) for i in range(length)],  # a 3-token loop
@@ -106,7 +106,7 @@ def test_tidy_says_a_stutter_once_and_keeps_the_rest_of_the_reply():
     import numpy as np
     import tensorflow as tf
 
-    from chatbot.decoding.engine import repeat_cut, tidy
+    from chatbot.decoding.postprocess import repeat_cut, tidy
 
     def padded(row, length=16):
         return row + [0] * (length - len(row))

@@ -20,7 +20,7 @@ def test_importing_chatbot_loads_no_tensorflow_until_a_name_needs_it():
 def test_from_chatbot_import_chatbot_replies_in_korean(tiny_model_dir):
     """(The full-size default model's replies are checked in test_default_model.py, in the slow lane.)"""
     from chatbot import Chatbot
-    from chatbot.decoding.engine import Chatbot as Same
+    from chatbot.decoding.chatbot import Chatbot as Same
 
     assert Chatbot is Same
     assert re.search("[가-힣]", Chatbot.load(tiny_model_dir, compilation="eager").reply("안녕"))

@@ -1,16 +1,15 @@
 """Property tests (hypothesis) of the reliability limits: over arbitrary Unicode and arbitrary option values, the
 text cleaner, the CSV loader, GenerationConfig, the tokenizer and `Chatbot.reply` give a result or
-their one clear error, never another exception. The quick lane runs 200 examples (thirty for
-`Chatbot.reply`, whose new option combinations each trace a decoder); the slow lane 300 more each, or
-as many as CHATBOT_PROPERTY_EXAMPLES says (a thorough run: CHATBOT_PROPERTY_EXAMPLES=2000)."""
+their one clear error, never another exception. Each test runs as many examples as the Hypothesis
+profile says (tests/conftest.py): "quick", 200 (28 for `Chatbot.reply`, whose new option combinations each trace a
+decoder), unless HYPOTHESIS_PROFILE=thorough asks for 2,000 (or CHATBOT_PROPERTY_EXAMPLES)."""
 
 import csv
 import io
-import os
 import re
 
 import pytest
-from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from chatbot.config import GenerationConfig
@@ -18,10 +17,8 @@ from chatbot.data.pairs import DataError, QAPair, load_pairs
 from chatbot.data.text import normalize
 from conftest import TINY_PAIRS
 
-QUICK = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-THOROUGH = settings(max_examples=int(os.environ.get("CHATBOT_PROPERTY_EXAMPLES", 300)), deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])
-QUICK_REPLIES = settings(QUICK, max_examples=30)  # the quick lane's share; the slow lane asks 300
+# Each new option combination of `Chatbot.reply` traces a decoder: it gets a seventh of the profile's examples.
+FEWER_FOR_REPLIES = settings(max_examples=max(1, settings().max_examples // 7))
 
 cells = st.text(max_size=30)
 tables = st.lists(st.lists(cells, min_size=0, max_size=4), max_size=8)
@@ -117,80 +114,33 @@ def check_reply(bot, question, options):
     assert isinstance(reply, str)
 
 
-@QUICK
 @given(st.text())
 def test_normalize_is_idempotent_on_any_unicode(text):
     check_normalize(text)
 
 
-@QUICK
 @given(headers, tables, encodings, raw_tails)
 def test_csv_loader_gives_pairs_or_a_data_error(tmp_path, header, rows, encoding, raw_tail):
     check_loader(tmp_path, header, rows, encoding, raw_tail)
 
 
-@QUICK
 @given(option_values)
 def test_generation_config_is_a_config_or_a_value_error(values):
     check_generation_config(values)
 
 
-@QUICK
 @given(text=st.text(), ids=st.lists(st.integers(0, 2**31 - 1), max_size=30))
 def test_tokenize_and_detokenize_never_raise_on_any_unicode_or_ids(tokenizer, text, ids):
     check_tokenizer(tokenizer, text, ids)
 
 
-@QUICK
 @given(known_text)
 def test_tokenizer_round_trips_normalised_text(tokenizer, text):
     check_round_trip(tokenizer, text)
 
 
-@QUICK_REPLIES
+@FEWER_FOR_REPLIES
 @given(questions, decoding)
 @example("", {"strategy": "sample", "top_p": 3.973625367851203e-171})  # 0.0 in float32: once an InvalidArgumentError
 def test_reply_is_a_string_or_a_value_error_for_any_question_and_options(tiny_bot, question, options):
-    check_reply(tiny_bot, question, options)
-
-
-@pytest.mark.slow
-@THOROUGH
-@given(st.text())
-def test_normalize_is_idempotent_on_any_unicode_thoroughly(text):
-    check_normalize(text)
-
-
-@pytest.mark.slow
-@THOROUGH
-@given(headers, tables, encodings, raw_tails)
-def test_csv_loader_gives_pairs_or_a_data_error_thoroughly(tmp_path, header, rows, encoding, raw_tail):
-    check_loader(tmp_path, header, rows, encoding, raw_tail)
-
-
-@pytest.mark.slow
-@THOROUGH
-@given(option_values)
-def test_generation_config_is_a_config_or_a_value_error_thoroughly(values):
-    check_generation_config(values)
-
-
-@pytest.mark.slow
-@THOROUGH
-@given(text=st.text(), ids=st.lists(st.integers(0, 2**31 - 1), max_size=30))
-def test_tokenize_and_detokenize_never_raise_on_any_unicode_or_ids_thoroughly(tokenizer, text, ids):
-    check_tokenizer(tokenizer, text, ids)
-
-
-@pytest.mark.slow
-@THOROUGH
-@given(known_text)
-def test_tokenizer_round_trips_normalised_text_thoroughly(tokenizer, text):
-    check_round_trip(tokenizer, text)
-
-
-@pytest.mark.slow
-@THOROUGH
-@given(questions, decoding)
-def test_reply_is_a_string_or_a_value_error_for_any_question_and_options_thoroughly(tiny_bot, question, options):
     check_reply(tiny_bot, question, options)

@@ -5,7 +5,10 @@ import pytest
 import tensorflow as tf
 
 from chatbot.config import GenerationConfig
-from chatbot.decoding.engine import Chatbot, Options, Plan, Prepared
+from chatbot.decoding.chatbot import Chatbot
+from chatbot.decoding.request import Options
+from chatbot.decoding.loop import Loop
+from chatbot.decoding.prepare import Prepared
 from chatbot.decoding.rerank import token_f1
 from chatbot.training.best_epoch import reply_features
 from chatbot.tokenizer.subword import END_ID, NUM_SPECIAL, PAD_ID, SEPARATOR_ID, START_ID
@@ -41,7 +44,7 @@ def test_the_default_reply_is_what_the_decoding_loop_wrote(tiny_bot, monkeypatch
     def refuse(*_, **__):
         raise AssertionError("the default reply was chosen after decoding")
 
-    monkeypatch.setattr(Chatbot, "rerank", refuse)
+    monkeypatch.setattr(Loop, "rerank", refuse)
     bot = Chatbot(tiny_bot.model, tiny_bot.tokenizer, tiny_bot.config, retriever=tiny_bot.retriever,
                   compilation="eager")
     questions = NEW_QUESTIONS + QUESTIONS[:5]
@@ -60,14 +63,14 @@ def test_training_questions_still_get_their_own_answers(tiny_bot):
 
 def test_a_recurring_retrieved_answer_wins_over_a_lone_one(tiny_bot):
     """Consensus: among equally close questions, the answer that two of them share is chosen."""
-    decoder = tiny_bot
-    encoder_ids = decoder.prepare(["처음 보는 질문이에요"], None, Plan()).encoder_ids
+    decoder = tiny_bot.generator.loop
+    encoder_ids = tiny_bot.prepare(["처음 보는 질문이에요"], None, 0).encoder_ids
     ids = tiny_bot.tokenizer.encode(["오늘만 버텨봐요.", "공원 산책 좋아요."])
     rows = [row + [END_ID] + [PAD_ID] * (decoder.max_length - len(row) - 1) for row in ids]
     retrieved = tf.constant([[rows[1], rows[0], rows[0]]], tf.int32)
     generated = tf.constant([rows[1]], tf.int32)
     options = tiny_bot.options(tiny_bot.check())
-    cross_cache = decoder.encode(encoder_ids)
+    cross_cache = tiny_bot.generator.loop.encode(encoder_ids)
     chosen = decoder.rerank(Prepared(encoder_ids, retrieved, tf.constant([[0.5, 0.5, 0.5]]), tf.ones([1])), cross_cache,
                             generated, options)
     assert chosen.numpy()[0].tolist() == rows[0]
@@ -92,9 +95,9 @@ def test_reranking_reads_each_reply_up_to_its_width(tiny_bot, monkeypatch):
     the model's whole length, a longer one as its first RERANK_WIDTH tokens."""
     import chatbot.decoding.rerank as rerank
 
-    decoder = tiny_bot
-    encoder_ids = decoder.prepare(["배고파", "비 온다"], None, Plan()).encoder_ids
-    cross_cache = decoder.encode(encoder_ids)
+    decoder = tiny_bot.generator.loop
+    encoder_ids = tiny_bot.prepare(["배고파", "비 온다"], None, 0).encoder_ids
+    cross_cache = tiny_bot.generator.loop.encode(encoder_ids)
     width, length = 6, tiny_bot.model.max_length
     short = [NUM_SPECIAL + 1, NUM_SPECIAL + 2, END_ID] + [PAD_ID] * (length - 3)
     long = [NUM_SPECIAL + 3 + i for i in range(length - 1)] + [END_ID]
@@ -122,7 +125,9 @@ def test_weights_without_likelihood_skip_its_pass_and_choose_as_with_it(tiny_bot
     options = tiny_bot.options(tiny_bot.check())
     found = reply_features(tiny_bot, tf.constant(questions), options, 8)
     assert np.any(found.likelihood.numpy() != 0)
-    expected = tiny_bot.postprocess(questions, rerank.choose(found, weights))  # as users get them
+    confident = tiny_bot.prepare(tf.constant(questions), None, 8).confident
+    expected = [reply.decode() for reply in tiny_bot.finish(  # as users get them
+        tf.constant(questions), rerank.choose(found, weights), confident)[1].numpy()]
 
     def no_pass(*args):
         raise AssertionError("the likelihood pass ran")
@@ -146,8 +151,8 @@ def test_the_likelihood_pass_reads_only_the_shortlist_and_the_choice_stays(tiny_
     options = tiny_bot.options(tiny_bot.check())
     every = reply_features(decoder, texts, options, 8)
     assert every.candidates.shape[1] == 9 > 1 + rerank.SHORTLIST
-    encoder_ids = decoder.prepare(texts, None, Plan(candidates=8)).encoder_ids
-    cross_cache = decoder.encode(encoder_ids)
+    encoder_ids = tiny_bot.prepare(texts, None, 8).encoder_ids
+    cross_cache = tiny_bot.generator.loop.encode(encoder_ids)
     rows_read, full_pass = [], rerank.mean_log_likelihood
 
     def counted(model, replies, *args):
@@ -202,7 +207,7 @@ def toy_replies(model, encoder_ids=(QUESTION,), **settings):
     width = max(map(len, encoder_ids))
     encoder_ids = tf.constant([list(row) + [PAD_ID] * (width - len(row)) for row in encoder_ids], tf.int32)
     prepared = Prepared(encoder_ids, tf.zeros([rows, 0, model.max_length], tf.int32), tf.zeros([rows, 0]), tf.ones([rows]))
-    loop = tf.function(lambda prepared, options: bot.loop(prepared, options, plan), autograph=False)  # as compiled
+    loop = tf.function(lambda prepared, options: bot.generator.loop(prepared, options, plan), autograph=False)  # as compiled
     ids = loop(prepared, Options.of(settings, model.max_length, 0))
     return [[token for token in row if token != PAD_ID] for row in ids.numpy().tolist()]
 

@@ -225,7 +225,7 @@ def test_answer_likeness_is_one_for_the_same_text_and_zero_for_nothing_shared():
 
 @pytest.mark.slow  # trains a tiny model
 def test_with_questions_each_neighbours_question_is_shown_and_decoding_matches_the_naive_loop(tmp_path):
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
     from chatbot.training.train import train
     from conftest import REPEATS, TINY_PAIRS, tiny_config
 

@@ -198,7 +198,7 @@ def test_a_model_built_on_a_base_reads_meaning_with_e5_keeps_greetings_and_names
     assert retriever.confident(texts).numpy().tolist() == [True, True, False, False]
     assert nearest(retriever, ["안녕하세요~"])[0] in {p.answer for p in small_talk}
     # the SavedModel carries both SentencePiece models, each restored as itself, and answers as the bot does
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
     from chatbot.serving.saved_model import export_saved_model
 
     asked = [*(q for q in (t.decode() for t in texts.numpy())), "몇 시에 열어요?", "차 댈 데 있나요?"]

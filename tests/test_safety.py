@@ -43,17 +43,6 @@ def test_ordinary_sad_and_everyday_messages_keep_the_models_reply():
     assert [message for message in ORDINARY_SAD if crisis_reply(message)] == []
 
 
-def test_the_savedmodels_graph_matches_the_same_messages_with_the_same_reply():
-    import tensorflow as tf
-
-    from chatbot.serving.saved_model import crisis_replies_graph
-
-    messages = SELF_HARM_MESSAGES + ABUSE_MESSAGES + ORDINARY_SAD
-    graph = crisis_replies_graph(tf.constant(messages), tf.constant(["the model's reply"] * len(messages)))
-    assert [reply.decode("utf-8") for reply in graph.numpy()] == \
-        [crisis_reply(message) or "the model's reply" for message in messages]
-
-
 # Typed inside a message, a record separator (which joins a conversation's messages) or a zero-width space
 TYPED = {"아빠가\x1e때려요": ABUSE_REPLY, "죽고\u200b싶어": SELF_HARM_REPLY, "\x1e죽고 싶어": SELF_HARM_REPLY}
 
@@ -107,8 +96,8 @@ def test_the_heads_config_and_weights_round_trip_and_the_graph_reads_the_list_fi
     import keras
     import tensorflow as tf
 
+    from chatbot.decoding.postprocess import Finisher
     from chatbot.safety.meaning import ABUSE, NONE, SELF_HARM, CrisisHead, load_head
-    from chatbot.serving.saved_model import crisis_replies_graph
 
     head = load_head()
     assert 0.5 < head.threshold < 1 and head.kernel.shape == (384, 3)
@@ -116,7 +105,8 @@ def test_the_heads_config_and_weights_round_trip_and_the_graph_reads_the_list_fi
     assert isinstance(clone, CrisisHead) and clone.get_config() == head.get_config()
     messages = ["죽고 싶어", "아빠가 때려요", "그냥 그래", "그냥 그래", "그냥 그래"]
     classes = tf.constant([ABUSE, SELF_HARM, NONE, SELF_HARM, ABUSE])  # the list wins where it matches
-    replies = crisis_replies_graph(tf.constant(messages), tf.constant(["reply"] * 5), classes).numpy()
+    finish = Finisher(None, None, tf.zeros([4], tf.bool), crisis_classes=lambda normalised: classes)
+    replies = finish.crisis(tf.constant(messages), tf.constant(["reply"] * 5)).numpy()
     assert [r.decode() for r in replies] == [SELF_HARM_REPLY, ABUSE_REPLY, "reply", SELF_HARM_REPLY, ABUSE_REPLY]
 
 
@@ -153,7 +143,7 @@ def test_a_model_with_e5_gives_the_classifiers_reply_in_reply_stream_batch_and_t
 
     from chatbot.config import RetrievalConfig
     from chatbot.data.pairs import QAPair
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
     from chatbot.serving.saved_model import export_saved_model
     from chatbot.training.train import train
     from conftest import TINY_PAIRS, tiny_config

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from chatbot.config import STRATEGIES, GenerationConfig
-from chatbot.decoding.engine import Options
+from chatbot.decoding.request import Options
 from chatbot.decoding.samplers import (NEG_INF, SAMPLERS, BeamSampler, GreedySampler, TopKTopPSampler,
                               only_padding_when_finished, sampler_for, suppress_special)
 from chatbot.tokenizer.subword import END_ID, NUM_SPECIAL, PAD_ID

@@ -29,7 +29,7 @@ def test_training_keeps_the_epoch_with_the_best_validation_replies(tiny_csv, tmp
 
     import chatbot.training.best_epoch
     from chatbot.data.pairs import load_pairs, split_by_question
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
     from chatbot.retrieval.retriever import Retriever
     from chatbot.training.train import train
     from conftest import REPEATS, tiny_config
@@ -71,7 +71,7 @@ def test_fitted_rerank_weights_do_no_worse_than_the_defaults_and_score_what_deco
     fitted on them do at least as well as the defaults, and their chrF is what replies decoded with them get."""
     import dataclasses
 
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
 
     asked = {"배고픈데 뭐 먹지": "맛있는 거 드세요.", "비가 많이 와": "우산 챙기세요.", "헤어지고 너무 힘들어": "많이 힘들겠어요.",
              "오늘 좀 피곤하네": "푹 쉬세요.", "시험 또 망쳤다": "다음엔 잘할 거예요.", "생일이야": "생일 축하해요!"}

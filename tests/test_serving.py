@@ -195,7 +195,7 @@ def test_the_default_batch_is_the_largest_that_chatbot_warm_up_compiles():
     """The web app's batches never meet a batch shape its warm-up left for the first request to compile."""
     import inspect
 
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
 
     assert max(inspect.signature(Chatbot.warm_up).parameters["rows"].default) == ReplyBatcher().max_batch_size
 

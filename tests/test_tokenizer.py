@@ -1,6 +1,4 @@
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 import tensorflow as tf
 
 from chatbot.tokenizer.subword import END_ID, NUM_SPECIAL, PAD_ID, START_ID, UNK_ID, Tokenizer
@@ -59,14 +57,6 @@ def test_detokenized_replies_never_have_a_space_before_punctuation(tokenizer):
     assert tokenizer.decode(ids) == ["배고파?", "푹 쉬세요. 우산 챙기세요!"]
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(NUM_SPECIAL, 199), max_size=12))
-def test_joined_pieces_read_as_the_detokenized_ids(tokenizer, ids):
-    """Streaming builds the text piece by piece in Python; it must read as the graph's detokenize."""
-    ids = [i % tokenizer.vocab_size for i in ids if i % tokenizer.vocab_size >= NUM_SPECIAL]
-    assert tokenizer.join_pieces([tokenizer.piece_text(i) for i in ids]) == tokenizer.decode([ids])[0]
-
-
 def test_learning_a_vocabulary_prints_nothing_to_standard_error(capfd):
     """SentencePiece notes its normalisation rule from C++ each time a tokenizer op is made; `train` and
     every model load make one."""
@@ -86,6 +76,9 @@ def test_text_that_spells_a_reserved_token_never_becomes_a_separator_or_a_tone(t
 def test_a_large_vocabulary_keeps_characters_it_never_saw_as_their_bytes():
     """From BYTE_FALLBACK_FROM pieces a character missing from the training text is written as its UTF-8 bytes
     and read back exactly, whole or streamed piece by piece; a smaller vocabulary reads it as unknown."""
+    import tensorflow as tf
+
+    from chatbot.decoding.postprocess import Finisher
     from chatbot.tokenizer.subword import BYTE_FALLBACK_FROM
 
     texts = [f"{word} {number}번 문장이에요." for number in range(300) for word in ("안녕하세요", "반가워요", "날씨 좋네요")]
@@ -95,8 +88,10 @@ def test_a_large_vocabulary_keeps_characters_it_never_saw_as_their_bytes():
     assert UNK_ID not in ids and large.decode([ids]) == [unseen]
     pieces = [large.piece_text(i) for i in ids]
     assert any(piece.startswith("<0x") for piece in pieces)
-    assert Tokenizer.join_pieces(pieces) == unseen
-    streamed = [Tokenizer.join_pieces(pieces[:end]) for end in range(1, len(pieces) + 1)]
+    finish = Finisher(large, None, tf.constant(large.word_starts()))  # what the stream shows of each prefix
+    prefixes = [ids[:end] + [0] * (len(ids) - end) for end in range(1, len(ids) + 1)]
+    streamed = [text.decode() for text in finish.prefix_text(tf.constant(prefixes, tf.int32))[0].numpy()]
+    assert streamed[-1] == unseen
     assert all("<0x" not in text and "\ufffd" not in text for text in streamed)  # a half-written character waits
     small = Tokenizer.train(texts, vocab_size=200)
     assert UNK_ID in small.encode([unseen])[0]

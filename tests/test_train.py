@@ -162,7 +162,8 @@ def test_a_run_that_did_not_learn_says_so_keeps_every_character_and_its_loops_ar
     time). Its vocabulary holds every character of every pair, validation pairs included (a rare one lives
     only there), and what a user reads of its looping replies is each tidied (`tidy`)."""
     import chatbot.training.evaluate
-    from chatbot.decoding.engine import Chatbot, tidy, trim
+    from chatbot.decoding.chatbot import Chatbot
+    from chatbot.decoding.postprocess import tidy, trim
 
     def decoded(*_):
         raise AssertionError("the losses already said the run did not learn: nothing to decode")
@@ -188,8 +189,8 @@ def test_a_run_that_did_not_learn_says_so_keeps_every_character_and_its_loops_ar
     texts = [p.answer for p in pairs] + [p.question for p in pairs]
     assert bot.tokenizer.decode(bot.tokenizer.encode(texts)) == texts
     request = bot.request([p.question for p in pairs], candidates=0)
-    written = bot.loop(bot.prepare(request.texts, request.tones, request.plan), bot.options(request.settings),
-                       request.plan)  # the loop's own ids, before any cut
+    written = bot.generator.loop(bot.prepare(request.texts, request.tones, request.plan.candidates),
+                                 bot.options(request.settings), request.plan)  # the loop's own ids, before any cut
     # an unlearned model loops, stutters and says phrases twice; what a user reads is each reply `tidy`'s
     tidied = tidy(written, bot.word_starts).numpy()
     assert (tidied != written.numpy()).any()

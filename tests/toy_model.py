@@ -67,7 +67,7 @@ def toned_chatbot(tokenizer, learned_tones: bool = True):
     """A `Chatbot` (a plain graph) over a `ToyModel` that answers every question with PLAIN_REPLY, and with
     SAD_REPLY when the encoder input holds the sad tone token; `learned_tones`: what its config says."""
     from chatbot.config import ChatbotConfig, ContextConfig, ModelConfig
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
 
     plain, sad = tokenizer.encode([PLAIN_REPLY, SAD_REPLY])
     model = ToyModel(tokenizer.vocab_size, max_length=16).says(plain).says(sad, tone=1)

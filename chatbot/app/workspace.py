@@ -32,7 +32,7 @@ def load_chatbot(model_dir: str | Path, compilation: Compilation | str = Compila
     `prepare`: also trace its first replies (`Chatbot.trace_first_replies`), so its first requests do not wait."""
     check_model_dir(model_dir)  # missing files and version mismatches, before TensorFlow is imported
     import_tensorflow_quietly()  # without its start-up notes (at once when it is imported already)
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
 
     bot = Chatbot.load(model_dir, compilation)
     if prepare:

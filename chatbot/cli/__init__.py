@@ -1,0 +1,1 @@
+"""The command line: `python -m chatbot {train,chat,eval,export,download}`."""

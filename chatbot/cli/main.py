@@ -280,7 +280,7 @@ def run_eval(args) -> None:
     pairs, _ = load_pairs(args.data)
     _load_tensorflow()
     from chatbot.training.evaluate import evaluate
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
 
     result = evaluate(Chatbot.load(args.model), pairs, latency_sample=args.latency_sample, replies_out=args.replies,
                       **decoding)

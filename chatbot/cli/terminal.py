@@ -59,7 +59,7 @@ def load_for_chat(model: str, decoding: dict, compilation: Compilation | str = C
     question-length bucket, seconds each on a CPU, so the first reply and each reply to a question of a new
     length would wait 5 s for a reply that takes 50 ms uncompiled; many piped lines are worth it. One question
     runs eagerly (`Compilation.EAGER`): tracing the loop would cost more than running it once."""
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
 
     bot = Chatbot.load(model, compilation)
     try:

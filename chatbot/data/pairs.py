@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chatbot.config import CONTEXT_TURNS, MAX_QUESTION_CHARS
-from chatbot.data.text import normalize, normalize_turns, with_context
+from chatbot.data.text import normalize, normalize_turns, with_contexts
 
 ENCODINGS = ("utf-8-sig", "cp949")  # utf-8-sig also reads plain UTF-8; cp949 is a superset of euc-kr
 # Bytes of other double-byte code pages often decode as cp949 too: Shift-JIS kana and kanji mostly land
@@ -201,7 +201,7 @@ def dialogue_rows(path: Path, header: list[str], records) -> list[tuple[int, str
     (`chatbot.data.text.with_context`), so the model learns to read it. Raises DataError for another speaker."""
     columns = [_find_column(path, header, role, required=True) for role in ("dialogue", "speaker", "text")]
     names = {alias: speaker for speaker, aliases in SPEAKERS.items() for alias in aliases}
-    rows, messages, current = [], [], None
+    rows, asked, messages, current = [], [], [], None
     for line, fields in records:
         dialogue, speaker, text = (fields[column] for column in columns)
         speaker = names.get(speaker.strip().lower())
@@ -210,10 +210,11 @@ def dialogue_rows(path: Path, header: list[str], records) -> list[tuple[int, str
         if dialogue != current:
             messages, current = [], dialogue
         if speaker == "bot" and messages and messages[-1][0] == "user":
-            question, earlier = messages[-1][1], [message for _, message in messages[:-1]]
-            rows.append((line, with_context(question, earlier, CONTEXT_TURNS), text, None))
+            rows.append((line, text))
+            asked.append((messages[-1][1], [message for _, message in messages[:-1]]))
         messages.append((speaker, normalize(text)))
-    return rows
+    questions = with_contexts([q for q, _ in asked], [earlier for _, earlier in asked], CONTEXT_TURNS) if asked else []
+    return [(line, question, text, None) for (line, text), question in zip(rows, questions)]
 
 
 def clean_rows(source: str | Path, rows, encoding: str, *,

@@ -4,9 +4,10 @@ Owns: the one definition of a clean string (Unicode NFC, no control characters, 
 `check_questions`, the one rule every entry point applies to a question before any model work, and a
 message with its context as one string (`with_context`, `check_history`): the new message first, then the
 messages before it, newest first, separated by `TURN`.
-`tokenizer.py` applies the same rules inside the TensorFlow graph with the patterns defined here.
+`chatbot.data.text_tf` applies the same rules inside the TensorFlow graph with the patterns defined here, and
+`with_context` is its graph function run eagerly.
 Hangul jamo such as ㅋ/ㅠ/ㅎ and emoji are kept: in chat they carry meaning.
-Must not import TensorFlow.
+Must not import TensorFlow at import time (the checks at the edge and the CSV reader run without it).
 """
 
 import re
@@ -104,12 +105,24 @@ def one_message(text: str) -> str:
 
 def with_context(question: str, history: list[str], turns: int = CONTEXT_TURNS) -> str:
     """A checked question and the checked texts of the messages before it (oldest first) as the one string a
-    model reads: the question, then the last `turns` of those messages, newest first, each cleaned
-    (`normalize`, so no message can hold a `TURN` of its own), cut to its last CONTEXT_CHARS characters and
-    separated by `TURN`; the question alone (`one_message`) when there is no context to add."""
-    earlier = [normalize(text)[-CONTEXT_CHARS:] for text in reversed(history[-turns:])] if turns else []
-    earlier = [text for text in earlier if text]
-    return TURN.join([normalize(question), *earlier]) if earlier else one_message(question)
+    model reads: the question, then the last `turns` non-empty messages, newest first, each cleaned (`normalize`, so
+    no message can hold a `TURN` of its own), cut to its last CONTEXT_CHARS characters and separated by `TURN`;
+    the question alone (`one_message`) when there is no context to add. `with_contexts` for one question."""
+    return with_contexts([question], [history], turns)[0]
+
+
+def with_contexts(questions: list[str], histories: list[list[str]], turns: int = CONTEXT_TURNS) -> list[str]:
+    """`with_context` of each question and its history: `chatbot.data.text_tf.with_context_tf`, the one definition
+    (the SavedModel's), run eagerly on them all at once. TensorFlow is imported on first use, not with this module."""
+    import tensorflow as tf
+
+    from chatbot.data.text_tf import with_context_tf
+
+    width = max((len(history) for history in histories), default=0)
+    history = tf.constant([list(h) + [""] * (width - len(h)) for h in histories], tf.string,
+                          shape=[len(questions), width])
+    joined = with_context_tf(tf.constant(questions, tf.string, shape=[len(questions)]), history, turns)
+    return [text.decode("utf-8") for text in joined.numpy()]
 
 
 def question_part(text: str) -> str:

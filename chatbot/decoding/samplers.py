@@ -152,5 +152,5 @@ SAMPLERS = {"greedy": GreedySampler, "beam": BeamSampler, "sample": TopKTopPSamp
 
 
 def sampler_for(settings) -> Sampler:
-    """The sampler of `settings` (a `GenerationConfig` or a `chatbot.decoding.engine.Plan`: both name a strategy and a width)."""
+    """The sampler of `settings` (a `GenerationConfig` or a `chatbot.decoding.request.Plan`: both name a strategy and a width)."""
     return SAMPLERS[settings.strategy].from_settings(settings)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from chatbot.data.text import TURN
-from chatbot.tokenizer.subword import END_ID, NUM_SPECIAL, SEPARATOR_ID, START_ID, TONE_IDS
+from chatbot.data.text_tf import in_window, messages_tf
+from chatbot.tokenizer.subword import END_ID, SEPARATOR_ID, START_ID, TONE_IDS
+
 
 def add_start_end(ids: tf.RaggedTensor) -> tf.RaggedTensor:
     batch = ids.nrows()
@@ -20,22 +21,13 @@ def add_start_end(ids: tf.RaggedTensor) -> tf.RaggedTensor:
     return tf.concat([start, ids, end], axis=1)
 
 
-def in_window(ids: tf.RaggedTensor, first, last) -> tf.RaggedTensor:
-    """Each row's items at positions [first, last) (ints or (batch,) tensors; Python slicing's rules are not
-    available for ragged inner dimensions)."""
-    positions = tf.ragged.range(ids.row_lengths())
-    first = tf.cast(first, positions.dtype)[..., None] if tf.is_tensor(first) else first
-    last = tf.cast(last, positions.dtype)[..., None] if tf.is_tensor(last) else last
-    return tf.ragged.boolean_mask(ids, (positions >= first) & (positions < last))
-
-
 def split_turns(tokenize, texts, turns: int):
     """Strings (batch,) that may hold a conversation (`chatbot.data.text.TURN` between the new message and the
     messages before it, newest first) -> the new messages' ids (batch, None) and, with `turns`, the ids of up to
     `turns` earlier messages (batch, None, None); None when the model reads no context."""
     if not turns:
         return tokenize(texts), None
-    parts = tf.strings.split(texts, TURN)
+    parts = messages_tf(texts)
     earlier = in_window(parts, 1, turns + 1)
     return (tokenize(parts.to_tensor("")[:, 0]),
             tf.RaggedTensor.from_row_lengths(tokenize(earlier.flat_values), earlier.row_lengths()))

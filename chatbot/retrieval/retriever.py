@@ -25,7 +25,7 @@ from chatbot.config import CHARACTERS_ONLY, RetrievalConfig
 from chatbot.data.pairs import QAPair
 from chatbot.model.sentence import SENTENCE_LENGTH, embed
 from chatbot.data.text import one_text
-from chatbot.tokenizer.subword import normalize_tf, question_part_tf
+from chatbot.data.text_tf import normalize_tf, question_part_tf
 
 # E5's prefixes before a message and before an indexed text: both "query: " (`PretrainedIndex`; chatbot.model.pretrained,
 # which holds the encoder, is imported only when a retriever uses it)

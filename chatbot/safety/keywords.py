@@ -4,10 +4,10 @@ a number to call, whatever the model learned.
 Owns: the curated Korean expressions (`SELF_HARM`, `ABUSE`), how a message is matched against them (its
 normalised text with spaces, punctuation and ㅋ/ㅎ/ㅠ taken out, so "죽고 싶어ㅠㅠ", "죽고싶다..." and
 "죽고 십어" read alike), and the replies (`SELF_HARM_REPLY` with 자살예방상담전화 109 and 119, `ABUSE_REPLY`
-with 112 and 109). `Chatbot` applies it to every reply, stream and batch after decoding, and the SavedModel
-runs the same patterns in its graph (`chatbot.serving.saved_model`), so the CLI, the app, `/chat`, the Python API and
-TensorFlow Serving answer such a message alike and no training row can override it.
-Must not import TensorFlow (the graph twin lives with the SavedModel).
+with 112 and 109). The match is one graph function, `crisis_replies`: the reply graph of every plan runs it after
+decoding (`chatbot.decoding.postprocess`), so the CLI, the app, `/chat`, the Python API, the stream and the
+SavedModel under TensorFlow Serving answer such a message alike and no training row can override it;
+`crisis_reply` is the same function run eagerly on one message.
 
 A model with multilingual-e5-small loaded also reads a message by meaning (`chatbot.safety.meaning`), after these lists
 and only where they match nothing; without e5 the lists are the whole check.
@@ -18,11 +18,12 @@ The lists favour a false alarm over a miss, but keep everyday hyperbole out: "�
 
 from __future__ import annotations
 
-import re
-import unicodedata
+import tensorflow as tf
 
-# Matched on `compact(text)`: Hangul syllables, letters and digits only. Literal stems and character classes,
-# so that Python's `re` and RE2 (tf.strings.regex_full_match) read each pattern the same way.
+from chatbot.data.text_tf import normalize_tf
+
+# Matched on the compacted message (`crisis_replies`): Hangul syllables, letters and digits only. Literal stems and character classes,
+# as RE2 (tf.strings.regex_full_match) reads them.
 SELF_HARM = (
     "죽고싶", "죽고십", "죽고파", "죽어버리고싶", "죽어버릴까", "죽어야겠", "죽는게나을", "죽는게낫", "죽는게편할",
     "(나|내가|그냥|차라리)죽었으면", "죽을방법", "죽는방법", "편하게죽", "자살([^골]|$)", "자해", "극단적선택", "극단적인선택",
@@ -51,26 +52,22 @@ SELF_HARM_REPLY = ("많이 힘드셨겠어요. 말해 줘서 고마워요. 혼�
 ABUSE_REPLY = ("그런 일을 겪고 있다니 정말 걱정돼요. 잘못은 때리거나 해친 사람에게 있어요. 지금 위험하다면 112에 "
                "신고해 주세요. 마음이 너무 힘들 땐 109에서도 24시간 이야기를 들어줘요.")
 
-NOT_COMPACT = "[^가-힣a-zA-Z0-9]+"  # what `compact` removes: spaces, punctuation, jamo (ㅋ/ㅎ/ㅠ), emoji
+NOT_COMPACT = "[^가-힣a-zA-Z0-9]+"  # what the match removes: spaces, punctuation, jamo (ㅋ/ㅎ/ㅠ), emoji
 SELF_HARM_PATTERN = "|".join(SELF_HARM)
 ABUSE_PATTERN = "|".join(ABUSE)
 
-_not_compact = re.compile(NOT_COMPACT)
-_self_harm = re.compile(SELF_HARM_PATTERN)
-_abuse = re.compile(ABUSE_PATTERN)
+
+def crisis_replies(messages: tf.Tensor, replies: tf.Tensor) -> tf.Tensor:
+    """Each message (batch,) read as the lists read it (normalised, then only its syllables, letters and digits):
+    `SELF_HARM_REPLY` where a self-harm stem matches, else `ABUSE_REPLY` where an abuse stem does, else its reply
+    (batch,) as it was. One graph function for every entry point."""
+    compact = tf.strings.regex_replace(normalize_tf(messages), NOT_COMPACT, "")
+    self_harm = tf.strings.regex_full_match(compact, f".*(?:{SELF_HARM_PATTERN}).*")
+    abuse = tf.strings.regex_full_match(compact, f".*(?:{ABUSE_PATTERN}).*")
+    return tf.where(self_harm, SELF_HARM_REPLY, tf.where(abuse, ABUSE_REPLY, replies))
 
 
-def compact(text: str) -> str:
-    """The message as the patterns read it: NFC (as `chatbot.data.text.normalize` makes it), then only its syllables,
-    letters and digits (what `normalize` folds or drops besides, spaces and control characters, goes with the rest)."""
-    return _not_compact.sub("", unicodedata.normalize("NFC", str(text)))
-
-
-def crisis_reply(text: str) -> str | None:
-    """The crisis reply for a message that may signal self-harm, suicide or abuse; None for any other."""
-    message = compact(text)
-    if _self_harm.search(message):
-        return SELF_HARM_REPLY
-    if _abuse.search(message):
-        return ABUSE_REPLY
-    return None
+def crisis_reply(message: str) -> str | None:
+    """The crisis reply for one message that may signal self-harm, suicide or abuse, None for any other:
+    `crisis_replies` run eagerly."""
+    return crisis_replies(tf.constant([message]), tf.constant([""]))[0].numpy().decode("utf-8") or None

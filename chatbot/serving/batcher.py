@@ -24,7 +24,7 @@ from concurrent.futures import Future
 @dataclasses.dataclass
 class _Request:
     bot: object
-    checked: object  # the model's checked request (`chatbot.decoding.engine.Request`): one question
+    checked: object  # the model's checked request (`chatbot.decoding.request.Request`): one question
     reply: Future = dataclasses.field(default_factory=Future)
     wake: threading.Event = dataclasses.field(default_factory=threading.Event)  # reply done, or lead now
     key: tuple = dataclasses.field(init=False)

@@ -6,10 +6,10 @@ against the retrieved answers (`candidates`, as `Chatbot.reply` by default) and 
 the graph (`serve_with_tone` the same with a tone per question, and `serve_with_history` with the
 conversation before each question as well), so the SavedModel
 answers in a process that imports only `tensorflow` and `tensorflow_text` (and serves under
-TensorFlow Serving). A reply is tidied as `Chatbot.reply` tidies it (the engine's `tidy`, in the same reply
-graph: a stutter said once, a repeated phrase or a runaway loop cut), and a
-message that may signal a crisis gets `chatbot.safety.keywords`'s reply (the list, then, with e5 loaded, `chatbot.safety.meaning`'s
-classifier), both in the graph. Must not depend on
+TensorFlow Serving). Each signature runs the plan's one decoding function, `Chatbot.reply`'s
+(`chatbot.decoding.generate`): a reply tidied, the fallback, and a message that may signal a crisis given
+`chatbot.safety.keywords`'s reply (the list, then, with e5 loaded and asked for, `chatbot.safety.meaning`'s
+classifier), all in the graph. Must not depend on
 Python-side tokenization.
 """
 
@@ -24,12 +24,9 @@ import tensorflow as tf
 from chatbot.artifacts import EXPORT_MARKER, recover_model_dir, replace_dir
 from chatbot.files import temp_path_beside
 from chatbot.config import __version__
-from chatbot.safety.meaning import REPLIES as CRISIS_REPLIES
-from chatbot.decoding.engine import Chatbot, Compilation
-from chatbot.model.inputs import in_window
-from chatbot.safety.keywords import ABUSE_PATTERN, ABUSE_REPLY, NOT_COMPACT, SELF_HARM_PATTERN, SELF_HARM_REPLY
-from chatbot.data.text import CONTEXT_CHARS, TURN
-from chatbot.tokenizer.subword import normalize_tf, question_part_tf
+from chatbot.decoding.chatbot import Chatbot
+from chatbot.config import Compilation
+from chatbot.data.text_tf import one_message_tf, with_context_tf
 
 
 class ReplyModule(tf.Module):
@@ -57,59 +54,18 @@ class ReplyModule(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions"),
                                   tf.TensorSpec([None], tf.int32, name="tones")], autograph=False)
     def serve_with_tone(self, questions, tones):
-        return self._replies(one_message_graph(questions), tones)
+        return self._replies(one_message_tf(questions), tones)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="questions"),
                                   tf.TensorSpec([None, None], tf.string, name="history"),
                                   tf.TensorSpec([None], tf.int32, name="tones")], autograph=False)
     def serve_with_history(self, questions, history, tones):
-        return self._replies(with_context_graph(one_message_graph(questions), history, self._turns), tones)
+        return self._replies(with_context_tf(questions, history, self._turns), tones)
 
     def _replies(self, texts, tones):
-        """Each text (a message, with its conversation joined by `TURN`) -> its reply, the crisis reply included."""
-        _, replies = self._bot.generate(texts, tones, self._options, self._plan)  # the cut and the fallback included
-        messages = question_part_tf(texts)
-        classes = None
-        if self.crisis_head is not None:  # e5 loaded: the classifier by meaning, after the list (`chatbot.safety.meaning`)
-            classes = self.crisis_head.classes(self.retriever.pretrained.message_vectors(normalize_tf(messages)))
-        return {"replies": crisis_replies_graph(messages, replies, classes)}
-
-
-def one_message_graph(questions: tf.Tensor) -> tf.Tensor:
-    """`chatbot.data.text.one_message` in the graph: a `TURN` typed inside a question becomes a space."""
-    return tf.strings.regex_replace(questions, TURN, " ")
-
-
-def with_context_graph(questions: tf.Tensor, history: tf.Tensor, turns: int) -> tf.Tensor:
-    """`chatbot.data.text.with_context` in the graph: each question (batch,) and the last `turns` non-empty messages of
-    its history (batch, messages; oldest first), newest first, cleaned, each its last CONTEXT_CHARS characters,
-    separated by `TURN`."""
-    if not turns:
-        return questions
-    messages = normalize_tf(history)
-    messages = tf.ragged.boolean_mask(messages, messages != "")
-    chars = tf.strings.length(messages.flat_values, unit="UTF8_CHAR")
-    start = tf.maximum(chars - CONTEXT_CHARS, 0)
-    messages = messages.with_flat_values(tf.strings.substr(messages.flat_values, start, chars - start,
-                                                           unit="UTF8_CHAR"))
-    lengths = messages.row_lengths()
-    earlier = tf.reverse(in_window(messages, lengths - turns, lengths), axis=[1])
-    joined = tf.strings.reduce_join(tf.concat([normalize_tf(questions)[:, None], earlier], axis=1), axis=1,
-                                    separator=TURN)
-    return tf.where(lengths > 0, joined, questions)
-
-
-def crisis_replies_graph(questions: tf.Tensor, replies: tf.Tensor, classes: tf.Tensor | None = None) -> tf.Tensor:
-    """`Chatbot.postprocess`'s crisis replies in the graph: the same patterns (`chatbot.safety.keywords`) on the same
-    compacted text, then, where they match nothing, the classifier's `classes` (batch,) of the same messages
-    (`chatbot.safety.meaning`: 0 none, 1 self-harm, 2 abuse), if the model has e5 loaded."""
-    compact = tf.strings.regex_replace(normalize_tf(questions), NOT_COMPACT, "")
-    self_harm = tf.strings.regex_full_match(compact, f".*(?:{SELF_HARM_PATTERN}).*")
-    abuse = tf.strings.regex_full_match(compact, f".*(?:{ABUSE_PATTERN}).*")
-    if classes is not None:
-        for kind, reply in CRISIS_REPLIES.items():
-            replies = tf.where(classes == kind, reply, replies)
-    return tf.where(self_harm, SELF_HARM_REPLY, tf.where(abuse, ABUSE_REPLY, replies))
+        """Each text (a message, with its conversation joined by `TURN`) -> its reply: the plan's one decoding
+        function, `Chatbot.reply`'s (tidy, the fallback and the crisis reply included)."""
+        return {"replies": self._bot.generator.generate(texts, tones, self._options, self._plan)[1]}
 
 
 def export_saved_model(model_dir: str | Path, out_dir: str | Path, overwrite: bool = False,

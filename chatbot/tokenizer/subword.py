@@ -22,24 +22,11 @@ import tensorflow_text as tf_text
 from chatbot.tokenizer.special import (END_ID, NUM_SPECIAL, PAD_ID, RESERVED_TOKENS, SEPARATOR_ID, START_ID,  # noqa: F401
                              TONE_IDS, UNK_ID)
 from chatbot.startup import native_notes_quieted
-from chatbot.data.text import CONTROL_CHARS, TURN, WHITESPACE_RUN
+from chatbot.data.text_tf import normalize_tf
 
 SPACE_BEFORE_PUNCTUATION = r" +([.,?!])"
 BYTE_PIECE = re.compile(r"(<0x[0-9A-F]{2}>)")  # SentencePiece's piece for one byte of a character it lacks
 BYTE_FALLBACK_FROM = 1000  # pieces; the 256 byte pieces would crowd out a smaller vocabulary's subwords
-
-
-def question_part_tf(texts: tf.Tensor) -> tf.Tensor:
-    """The graph twin of `chatbot.data.text.question_part`: each string's new message (batch,)."""
-    return tf.strings.split(texts, TURN).to_tensor("")[:, 0]
-
-
-def normalize_tf(texts: tf.Tensor) -> tf.Tensor:
-    """The graph twin of `chatbot.data.text.normalize`."""
-    texts = tf_text.normalize_utf8(texts, "NFC")
-    texts = tf.strings.regex_replace(texts, CONTROL_CHARS, "")
-    texts = tf.strings.regex_replace(texts, WHITESPACE_RUN, " ")
-    return tf.strings.strip(texts)
 
 
 class VocabularyError(ValueError):
@@ -122,17 +109,6 @@ class Tokenizer:
         """Which piece ids begin a word (their piece starts with SentencePiece's \u2581), (vocab_size,) bool: a
         stutter of whole words is said once, a piece repeated inside a word ("바나나") is not (`engine.tidy`)."""
         return np.array([self.piece_text(i).startswith("\u2581") for i in range(self.vocab_size)], bool)
-
-    @staticmethod
-    def join_pieces(pieces: list[str]) -> str:
-        """What `detokenize` makes of these pieces: spaces back, no leading space, none before `. , ? !`, byte
-        pieces ("<0xED>") as the character they spell (none yet while a streamed character is incomplete)."""
-        text = "".join(pieces)
-        if BYTE_PIECE.search(text):
-            raw = b"".join(bytes([int(part[3:5], 16)]) if BYTE_PIECE.fullmatch(part) else part.encode("utf-8")
-                           for part in BYTE_PIECE.split(text) if part)
-            text = raw.decode("utf-8", errors="ignore")
-        return re.sub(SPACE_BEFORE_PUNCTUATION, r"\1", text.replace("\u2581", " ").lstrip(" "))
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         return self.tokenize(texts).to_list()

@@ -89,14 +89,11 @@ def reply_features(bot, texts, options, count: int):
     """`chatbot.decoding.rerank.Features` of each question's greedy reply and `count` retrieved answers (no tone asked),
     in the graph: the engine's stages up to the rerank's choice, which fitting the weights tries."""
     from chatbot.config import GenerationConfig
-    from chatbot.decoding.rerank import features
 
-    plan = bot.plan(GenerationConfig(candidates=count), jit=False)
-    prepared = bot.prepare(texts, None, plan)
-    cross_cache = bot.encode(prepared.encoder_ids)
-    replies = bot.run(prepared.encoder_ids, cross_cache, options, plan)
-    return features(bot.model, prepared.encoder_ids, cross_cache, replies, prepared.retrieved, prepared.scores,
-                    options.steps)
+    plan, loop = bot.plan(GenerationConfig(candidates=count), jit=False), bot.generator.loop
+    prepared = bot.prepare(texts, None, plan.candidates)
+    cross_cache = loop.encode(prepared.encoder_ids)
+    return loop.features(prepared, cross_cache, loop.run(prepared.encoder_ids, cross_cache, options, plan), options)
 
 
 def selection_score(chrf: float, unique_ratio: float) -> float:

@@ -4,7 +4,7 @@ Owns: each training pair's tone token (with its dropout), its retrieved neighbou
 never a row with its own question), the share of pairs that see an answer worth copying among them
 (`ContextConfig.gold_rate`: their own answer, or with neighbours' questions shown, a neighbour answering
 alike), the encoder length they need, and the batches that carry them. Decoding composes the same encoder
-input in the graph (`chatbot.decoding.engine`); both go through `chatbot.model.inputs.compose_encoder_inputs`.
+input in the graph (`chatbot.decoding.prepare`); both go through `chatbot.model.inputs.compose_encoder_inputs`.
 """
 
 from __future__ import annotations

@@ -375,7 +375,7 @@ def _selection_callbacks(data: Data, model, best_path: Path, history_path: Path 
     config, val_pairs = data.config, data.val_pairs
     rule, patience = config.train.select, config.train.early_stopping
     if rule == "chrf" and val_pairs:
-        from chatbot.decoding.engine import Chatbot
+        from chatbot.decoding.chatbot import Chatbot
         from chatbot.training.best_epoch import ReplyQualityCheckpoint
 
         monitor, mode = "val_select", "max"
@@ -415,7 +415,7 @@ def select(model: FittedTransformer, data: Data, state: Path, log) -> Selected:
     metrics = _evaluate(inference_model, data.val_batches)
     log("validation: " + (", ".join(f"{k} {v:.4f}" for k, v in metrics.items()) if metrics else "no held-out pairs"))
     from chatbot.training.evaluate import reply_variety
-    from chatbot.decoding.engine import Chatbot
+    from chatbot.decoding.chatbot import Chatbot
     from chatbot.training.best_epoch import fit_rerank
 
     # "eager": the variety check decodes one batch, op by op, as tracing its loop would cost more than running it
