@@ -22,7 +22,8 @@ import tensorflow as tf
 
 from chatbot.artifacts import load_model_dir
 from chatbot.config import TONES, ChatbotConfig, Compilation, GenerationConfig, SettingsError
-from chatbot.data.text import check_history, check_questions, with_context
+from chatbot.data.text import check_history, check_questions, one_message
+from chatbot.data.text_tf import with_context_tf
 from chatbot.decoding.generate import BATCH_BUCKETS, Generator
 from chatbot.decoding.inspect import Provenance, attention
 from chatbot.decoding.loop import Loop
@@ -74,6 +75,9 @@ class Chatbot:
             retriever.confident, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
         self._prefix_text = tf.function(self.finish.prefix_text, autograph=False,
                                         input_signature=[tf.TensorSpec([None, self.max_length], tf.int32)])
+        self._with_context = tf.function(lambda texts, history: with_context_tf(texts, history, self.context.turns),
+                                         input_signature=[tf.TensorSpec([None], tf.string),
+                                                          tf.TensorSpec([None, None], tf.string)], autograph=False)
 
     @classmethod
     def load(cls, path: str | Path, compilation: Compilation | str = Compilation.XLA,
@@ -112,8 +116,7 @@ class Chatbot:
         if histories is not None:
             if isinstance(histories, (str, dict)) or len(histories) != len(texts):
                 raise ValueError("histories must be a list with one history per question")
-            texts = [with_context(text, check_history(history), self.context.turns)
-                     for text, history in zip(texts, histories)]
+            texts = self.with_contexts(texts, [check_history(history) for history in histories])
         tones = self.tone_ids(tone, len(texts))
         if settings is None:
             try:
@@ -144,10 +147,24 @@ class Chatbot:
 
     def in_context(self, text: str, history=None) -> str:
         """A checked question with the conversation before it (`history`: `{"role": "user" | "assistant",
-        "content": str}` messages, oldest first) as the one string the model reads (`chatbot.data.text.with_context`).
+        "content": str}` messages, oldest first) as the one string the model reads (`with_contexts`).
         Raises ValueError for a bad question or history."""
         (text,) = check_questions([text])
-        return with_context(text, check_history(history), self.context.turns)
+        return self.with_contexts([text], [check_history(history)])[0]
+
+    def with_contexts(self, texts: list[str], histories: list[list[str]]) -> list[str]:
+        """Checked questions and the checked texts of the messages before each (oldest first) as the strings the
+        model reads (`chatbot.data.text_tf.with_context_tf`, one traced call for all that have a history; a question
+        with none is itself, one message)."""
+        texts = [one_message(text) for text in texts]
+        rows = [row for row, history in enumerate(histories) if history] if self.context.turns else []
+        if rows:
+            width = max(len(histories[row]) for row in rows)
+            history = tf.constant([histories[row] + [""] * (width - len(histories[row])) for row in rows], tf.string)
+            joined = self._with_context(tf.constant([texts[row] for row in rows]), history).numpy()
+            for row, text in zip(rows, joined):
+                texts[row] = text.decode("utf-8")
+        return texts
 
     def plan(self, settings: GenerationConfig, jit: bool | None = None) -> Plan:
         """The static options of checked `settings`; `jit` None: as `compilation` says."""

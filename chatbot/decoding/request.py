@@ -63,7 +63,7 @@ OPTIONS_SIGNATURE = Options(*(tf.TensorSpec([], dtype) for dtype in (
 class Request(NamedTuple):
     """A checked request: what `Chatbot.request` hands every later stage, which check nothing again."""
 
-    texts: list[str]  # each question with the conversation before it (`chatbot.data.text.with_context`)
+    texts: list[str]  # each question with the conversation before it (`Chatbot.with_contexts`)
     tones: list[int]  # one per question: 0-2, or -1 for none
     settings: GenerationConfig
     plan: Plan
