@@ -226,7 +226,7 @@ def test_the_evaluation_follows_decoding_and_is_of_the_learners_model(source_not
 
 def test_the_notebook_never_loads_the_projects_default_model(source_notebook):
     source = "\n".join(cell.source for cell in code_cells(source_notebook))
-    for loader in ("models/default", "load_model", "chatbot.model.pretrained", "chatbot.decoding.engine", "Chatbot(", "from_pretrained"):
+    for loader in ("models/default", "load_model", "chatbot.model.pretrained", "chatbot.decoding.chatbot", "Chatbot(", "from_pretrained"):
         assert loader not in source, loader
     assert "assert isinstance(model, Transformer)" in source
     assert re.findall(r"greedy_repl(?:y|ies)\((\w+),", source) and set(re.findall(r"greedy_repl(?:y|ies)\((\w+),", source)) == {"model"}

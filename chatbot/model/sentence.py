@@ -5,7 +5,8 @@ Owns: `SentenceEncoder` (subword ids -> l2-normalised vectors: embedding, a few 
 the tokens), the contrastive loss it learns from (in-batch negatives, as Sentence-BERT's
 MultipleNegativesRankingLoss: each question must pick out its paraphrase among the batch's other
 questions' paraphrases, both ways), and `fit_sentence_encoder`, which trains it on groups of paraphrases
-(the bundled data's situations, and the questions that share an answer). Pure Keras 3 (`keras.ops`), so it
+(in `train`: the questions that share an answer, with that answer, `answer_groups`; bench/retrieval.py also
+groups the bundled data's situations). Pure Keras 3 (`keras.ops`), so it
 trains on any backend; tokenizing stays with the caller. Must not read files or know about the chatbot.
 """
 
