@@ -65,3 +65,35 @@ def run_fast(path: Path, jupyter_dir: Path, cell_timeout_s: int):
         started = time.perf_counter()
         client.execute()
         return notebook, time.perf_counter() - started
+
+
+def chapter_headings(notebook) -> list[str]:
+    return [line for cell in notebook.cells if cell.cell_type == "markdown"
+            for line in cell.source.splitlines() if re.match(r"## \d+\. ", line)]
+
+
+def chapters(notebook) -> list[tuple[int, list]]:
+    """(number, cells from its heading up to the next chapter or the glossary) for each numbered chapter."""
+    found, current = [], None
+    for cell in notebook.cells:
+        heading = re.match(r"## (\d+)\. ", cell.source) if cell.cell_type == "markdown" else None
+        if heading or (cell.cell_type == "markdown" and cell.source.startswith("## 용어 정리")):
+            current = (int(heading.group(1)), [cell]) if heading else None
+            if current:
+                found.append(current)
+        elif current:
+            current[1].append(cell)
+    return found
+
+
+def check_glossary(notebook, required) -> None:
+    """The notebook ends with its glossary (용어 정리): every term of `required` an entry, each entry once, each saying
+    what the term means."""
+    glossary = notebook.cells[-1]
+    assert glossary.cell_type == "markdown" and glossary.source.startswith("## 용어 정리")
+    entries = [line for line in glossary.source.splitlines() if line.startswith("* **")]
+    terms = [re.match(r"\* \*\*(.+?)\*\*", line).group(1) for line in entries]
+    for term in required:
+        assert term in terms, f"the glossary lacks {term}"
+    assert len(entries) == len(set(terms)) >= len(required)
+    assert all(": " in line for line in entries), "each entry says what the term means"

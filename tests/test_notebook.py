@@ -18,7 +18,8 @@ nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-from notebook_run import START_UP_NOISE, code_cells, run_fast, stderr_of, tagged, text_of  # noqa: E402
+from notebook_run import (START_UP_NOISE, chapter_headings, chapters, check_glossary, code_cells, run_fast, stderr_of,  # noqa: E402
+                          tagged, text_of)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "chatbot.ipynb"
@@ -51,25 +52,6 @@ def image_count(notebook) -> int:
 
 def markdown_of(notebook) -> list[str]:
     return [cell.source for cell in notebook.cells if cell.cell_type == "markdown"]
-
-
-def chapter_headings(notebook) -> list[str]:
-    return [line for cell in notebook.cells if cell.cell_type == "markdown"
-            for line in cell.source.splitlines() if re.match(r"## \d+\.", line)]
-
-
-def chapters(notebook) -> list[tuple[int, list]]:
-    """(number, cells from its heading up to the next chapter or the glossary) for each numbered chapter."""
-    found, current = [], None
-    for cell in notebook.cells:
-        heading = re.match(r"## (\d+)\. ", cell.source) if cell.cell_type == "markdown" else None
-        if heading or (cell.cell_type == "markdown" and cell.source.startswith("## 용어 정리")):
-            current = (int(heading.group(1)), [cell]) if heading else None
-            if current:
-                found.append(current)
-        elif current:
-            current[1].append(cell)
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -136,14 +118,7 @@ def test_each_chapter_ends_with_a_summary(source_notebook):
 
 
 def test_the_glossary_ends_the_notebook(source_notebook):
-    glossary = source_notebook.cells[-1]
-    assert glossary.cell_type == "markdown" and glossary.source.startswith("## 용어 정리")
-    entries = [line for line in glossary.source.splitlines() if line.startswith("* **")]
-    terms = [re.match(r"\* \*\*(.+?)\*\*", line).group(1) for line in entries]
-    for term in GLOSSARY_TERMS:
-        assert term in terms, f"the glossary lacks {term}"
-    assert len(entries) == len(set(terms))
-    assert all(": " in line for line in entries), "each entry says what the term means"
+    check_glossary(source_notebook, GLOSSARY_TERMS)
 
 
 def test_the_tutorial_is_linked_and_the_prose_is_plain(source_notebook):
